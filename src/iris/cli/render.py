@@ -1,0 +1,125 @@
+"""Turning controller answers into terminal tables and JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.table import Table
+
+from iris.cluster.types import job_state_name, task_state_name
+from iris.config import format_size
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc import time_pb2
+
+console = Console(highlight=False, soft_wrap=True)
+
+_STATE_STYLE = {
+    "succeeded": "green",
+    "running": "cyan",
+    "building": "cyan",
+    "pending": "yellow",
+    "assigned": "yellow",
+    "failed": "red",
+    "worker_failed": "red",
+    "unschedulable": "red",
+    "killed": "magenta",
+}
+
+
+def styled_state(name: str) -> str:
+    style = _STATE_STYLE.get(name)
+    return f"[{style}]{name}[/{style}]" if style else name
+
+
+def age(ts: time_pb2.Timestamp) -> str:
+    if not ts.epoch_ms:
+        return "-"
+    seconds = max(0.0, time.time() - ts.epoch_ms / 1000)
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h ago"
+    return f"{seconds / 86400:.1f}d ago"
+
+
+def duration_between(start: time_pb2.Timestamp, end: time_pb2.Timestamp) -> str:
+    if not start.epoch_ms:
+        return "-"
+    end_ms = end.epoch_ms or int(time.time() * 1000)
+    seconds = (end_ms - start.epoch_ms) / 1000
+    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}m"
+
+
+def print_json(messages: Message | list[Message]) -> None:
+    def as_dict(message: Message) -> dict:
+        return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+    data = [as_dict(m) for m in messages] if isinstance(messages, list) else as_dict(messages)
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def task_summary(job: pb.JobStatus) -> str:
+    done = job.task_state_counts.get("succeeded", 0)
+    return f"{done}/{job.num_tasks}"
+
+
+def jobs_table(jobs: list[pb.JobStatus]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("JOB", "STATE", "TASKS", "SUBMITTED", "DURATION", "DETAIL"):
+        table.add_column(column, overflow="fold")
+    for job in jobs:
+        detail = job.error if job.error else job.pending_reason
+        table.add_row(
+            job.job_id,
+            styled_state(job_state_name(job.state)),
+            task_summary(job),
+            age(job.submitted_at),
+            duration_between(job.started_at, job.finished_at),
+            detail,
+        )
+    return table
+
+
+def tasks_table(tasks: list[pb.TaskStatus]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("TASK", "STATE", "WORKER", "ATTEMPTS", "EXIT", "DETAIL"):
+        table.add_column(column, overflow="fold")
+    for task in tasks:
+        finished = task.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED)
+        table.add_row(
+            task.task_id,
+            styled_state(task_state_name(task.state)),
+            task.worker_id or "-",
+            str(len(task.attempts)),
+            str(task.exit_code) if finished else "-",
+            task.error or task.pending_reason,
+        )
+    return table
+
+
+def workers_table(workers: list[pb.WorkerInfo]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("WORKER", "STATE", "ADDRESS", "CPU", "MEMORY", "TASKS", "LAST HEARTBEAT", "DETAIL"):
+        table.add_column(column, overflow="fold")
+    for worker in workers:
+        meta = worker.metadata
+        cpu = f"{worker.committed.cpu_millicores / 1000:g}/{meta.cpu_millicores / 1000:g}"
+        memory = f"{format_size(worker.committed.memory_bytes)}/{format_size(meta.memory_bytes)}"
+        table.add_row(
+            worker.worker_id,
+            pb.WorkerState.Name(worker.state).removeprefix("WORKER_STATE_").lower(),
+            worker.address,
+            cpu,
+            memory,
+            str(len(worker.running_task_ids)),
+            age(worker.last_heartbeat),
+            worker.error,
+        )
+    return table

@@ -1,0 +1,194 @@
+"""ControllerService: the RPC surface of the controller, a thin layer over Controller and its store.
+
+Every handler turns a bad request into a ConnectError with a message the user can act on; an
+unexpected exception becomes INTERNAL with its one-line reason, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris.cluster.controller.controller import Controller, now_ms
+from iris.cluster.controller.store import JobExistsError, NotFoundError
+from iris.cluster.types import JobName, normalize_job_id
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc import time_pb2
+from iris.storage import StorageError
+
+logger = logging.getLogger(__name__)
+
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 100
+DEFAULT_LOG_LINES = 1000
+# Preemptions are not the task's fault: retry them generously unless the user says otherwise.
+DEFAULT_MAX_RETRIES_PREEMPTION = 100
+
+R = TypeVar("R")
+
+
+def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    @functools.wraps(handler)
+    async def wrapper(self, request, ctx):
+        try:
+            return await handler(self, request, ctx)
+        except ConnectError:
+            raise
+        except NotFoundError as exc:
+            raise ConnectError(Code.NOT_FOUND, str(exc)) from None
+        except JobExistsError as exc:
+            raise ConnectError(Code.ALREADY_EXISTS, str(exc)) from None
+        except StorageError as exc:
+            raise ConnectError(Code.UNAVAILABLE, str(exc)) from None
+        except ValueError as exc:
+            raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from None
+        except Exception as exc:
+            logger.exception("%s failed", handler.__name__)
+            raise ConnectError(Code.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+
+    return wrapper
+
+
+def _job_id(text: str) -> str:
+    if not text:
+        raise ValueError("job_id is required")
+    return normalize_job_id(text)
+
+
+class ControllerServiceImpl:
+    def __init__(self, controller: Controller, max_bundle_bytes: int):
+        self._controller = controller
+        self._store = controller.store
+        self._max_bundle_bytes = max_bundle_bytes
+
+    @_rpc
+    async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
+        entry = request.entrypoint.WhichOneof("kind")
+        if entry is None:
+            raise ValueError("entrypoint is required: give a command or a callable")
+        if entry == "command" and not request.entrypoint.command.argv:
+            raise ValueError("the command entrypoint has no arguments")
+        if request.replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {request.replicas}")
+        resources = request.resources
+        if resources.cpu_millicores < 0 or resources.memory_bytes < 0 or resources.disk_bytes < 0:
+            raise ValueError("resources cannot be negative")
+        if request.name:
+            JobName.parse(request.name)
+        if request.parent_job_id:
+            request.parent_job_id = normalize_job_id(request.parent_job_id)
+        if request.bundle_blob:
+            if len(request.bundle_blob) > self._max_bundle_bytes:
+                raise ValueError(
+                    f"bundle is {len(request.bundle_blob) / 2**20:.1f} MiB, over the controller's limit of "
+                    f"{self._max_bundle_bytes / 2**20:.0f} MiB; add large files to .gitignore"
+                )
+            digest = hashlib.sha256(request.bundle_blob).hexdigest()
+            if request.bundle_sha256 and request.bundle_sha256 != digest:
+                raise ValueError(
+                    f"bundle digest mismatch: the request says {request.bundle_sha256} but the bytes hash to {digest}"
+                )
+            request.bundle_sha256 = digest
+        if not request.HasField("max_retries_preemption"):
+            request.max_retries_preemption = DEFAULT_MAX_RETRIES_PREEMPTION
+        job_id = await self._controller.launch_job(request)
+        return pb.LaunchJobResponse(job_id=job_id)
+
+    @_rpc
+    async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:
+        return pb.GetJobStatusResponse(job=self._store.job_status(_job_id(request.job_id), request.include_tasks))
+
+    @_rpc
+    async def list_jobs(self, request: pb.ListJobsRequest, ctx) -> pb.ListJobsResponse:
+        page_size = request.page_size or DEFAULT_PAGE_SIZE
+        if not 0 < page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
+        try:
+            offset = int(request.page_token or 0)
+        except ValueError:
+            raise ValueError(f"invalid page_token {request.page_token!r}") from None
+        prefix = request.name_prefix
+        if prefix and not prefix.startswith("/"):
+            prefix = "/" + prefix
+        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset)
+        next_token = str(offset + page_size) if offset + page_size < total else ""
+        return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token, total_count=total)
+
+    @_rpc
+    async def terminate_job(self, request: pb.TerminateJobRequest, ctx) -> pb.TerminateJobResponse:
+        terminated = self._controller.terminate_job(
+            _job_id(request.job_id), request.reason or "terminated by user"
+        )
+        return pb.TerminateJobResponse(terminated_job_ids=terminated)
+
+    @_rpc
+    async def get_task_status(self, request: pb.GetTaskStatusRequest, ctx) -> pb.GetTaskStatusResponse:
+        if not request.task_id:
+            raise ValueError("task_id is required")
+        return pb.GetTaskStatusResponse(task=self._store.task_status(request.task_id))
+
+    @_rpc
+    async def list_tasks(self, request: pb.ListTasksRequest, ctx) -> pb.ListTasksResponse:
+        return pb.ListTasksResponse(tasks=self._store.list_tasks(_job_id(request.job_id)))
+
+    @_rpc
+    async def get_task_logs(self, request: pb.GetTaskLogsRequest, ctx) -> pb.GetTaskLogsResponse:
+        if not request.id:
+            raise ValueError("id is required: a job id or a task id")
+        entity = request.id if request.id.startswith("/") else "/" + request.id
+        max_lines = request.max_lines or DEFAULT_LOG_LINES
+        if not 0 < max_lines <= 10 * DEFAULT_LOG_LINES:
+            raise ValueError(f"max_lines must be between 1 and {10 * DEFAULT_LOG_LINES}")
+        lines, cursor, finished = self._store.read_logs(entity, request.cursor, max_lines)
+        return pb.GetTaskLogsResponse(lines=lines, next_cursor=cursor, finished=finished)
+
+    @_rpc
+    async def register(self, request: pb.RegisterRequest, ctx) -> pb.RegisterResponse:
+        if not request.worker_id or not request.address:
+            raise ValueError("worker_id and address are required")
+        self._controller.register_worker(request.worker_id, request.address, request.metadata)
+        interval = time_pb2.Duration(milliseconds=int(self._controller.settings.heartbeat_interval_s * 1000))
+        return pb.RegisterResponse(worker_id=request.worker_id, heartbeat_interval=interval)
+
+    @_rpc
+    async def list_workers(self, request: pb.ListWorkersRequest, ctx) -> pb.ListWorkersResponse:
+        return pb.ListWorkersResponse(workers=self._store.list_workers())
+
+    @_rpc
+    async def notify_worker_event(
+        self, request: pb.NotifyWorkerEventRequest, ctx
+    ) -> pb.NotifyWorkerEventResponse:
+        self._controller.request_heartbeat(request.worker_id)
+        return pb.NotifyWorkerEventResponse()
+
+    @_rpc
+    async def register_endpoint(self, request: pb.RegisterEndpointRequest, ctx) -> pb.RegisterEndpointResponse:
+        if not request.name or not request.address:
+            raise ValueError("name and address are required")
+        job_id = _job_id(request.job_id)
+        # Endpoints live in their job's namespace so two jobs never collide on a name.
+        name = request.name if request.name.startswith(job_id + "/") else f"{job_id}/{request.name.lstrip('/')}"
+        endpoint_id = f"ep-{secrets.token_hex(6)}"
+        self._store.register_endpoint(endpoint_id, name, request.address, job_id, dict(request.metadata), now_ms())
+        return pb.RegisterEndpointResponse(endpoint_id=endpoint_id)
+
+    @_rpc
+    async def unregister_endpoint(
+        self, request: pb.UnregisterEndpointRequest, ctx
+    ) -> pb.UnregisterEndpointResponse:
+        self._store.unregister_endpoint(request.endpoint_id)
+        return pb.UnregisterEndpointResponse()
+
+    @_rpc
+    async def list_endpoints(self, request: pb.ListEndpointsRequest, ctx) -> pb.ListEndpointsResponse:
+        prefix = request.prefix
+        if prefix and not prefix.startswith("/"):
+            prefix = "/" + prefix
+        return pb.ListEndpointsResponse(endpoints=self._store.list_endpoints(prefix))

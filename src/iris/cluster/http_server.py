@@ -1,0 +1,98 @@
+"""One HTTP port per daemon: Connect RPC apps mounted beside /health and /metrics, on uvicorn.
+
+The socket is bound before uvicorn starts so that port 0 works (the daemon learns its real port
+and can register or advertise it), and so a bind failure is reported before anything else runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Mount
+
+from iris.time import wait_until
+
+logger = logging.getLogger(__name__)
+
+
+def build_app(
+    rpc_apps: Sequence,
+    routes: Sequence[BaseRoute] = (),
+    on_startup: Callable[[], Awaitable[None]] | None = None,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if on_startup is not None:
+            await on_startup()
+        try:
+            yield
+        finally:
+            if on_shutdown is not None:
+                await on_shutdown()
+
+    mounts = [Mount(rpc.path, app=rpc) for rpc in rpc_apps]
+    return Starlette(routes=[*routes, *mounts], lifespan=lifespan)
+
+
+class PortInUseError(OSError):
+    pass
+
+
+def url_for(sock: socket.socket, advertised_host: str | None = None) -> str:
+    host, port = sock.getsockname()[:2]
+    if advertised_host:
+        host = advertised_host
+    elif host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PortInUseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+class HttpServer:
+    """Runs a Starlette app on a bound socket, in the foreground or in a background thread."""
+
+    def __init__(self, app: Starlette, sock: socket.socket):
+        self._sock = sock
+        self.host, self.port = sock.getsockname()[:2]
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+        )
+        self._thread: threading.Thread | None = None
+
+    def serve_forever(self) -> None:
+        asyncio.run(self._server.serve(sockets=[self._sock]))
+
+    def start_in_thread(self, timeout: float = 30.0) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)
+        self._thread.start()
+        thread = self._thread
+        # uvicorn flips `started` once the lifespan startup finished and the socket accepts.
+        wait_until(lambda: self._server.started or not thread.is_alive(), timeout, 0.01, "the HTTP server to start")
+        if not self._server.started:
+            raise RuntimeError("the HTTP server did not start; see the log above for the reason")
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        self._sock.close()

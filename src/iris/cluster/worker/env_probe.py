@@ -1,0 +1,67 @@
+"""What this host offers: cpu, memory, disk, devices and attributes the scheduler matches on."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import psutil
+
+from iris.rpc import cluster_pb2 as pb
+
+# Attributes read from the environment when present, so a worker on a TPU VM or in a Pod reports
+# where it is without extra flags.
+_ENV_ATTRIBUTES = {
+    "TPU_NAME": "tpu-name",
+    "TPU_WORKER_ID": "tpu-worker-id",
+    "TPU_TOPOLOGY": "tpu-topology",
+    "IRIS_ZONE": "zone",
+    "IRIS_REGION": "region",
+    "IRIS_SCALE_GROUP": "scale-group",
+    "IRIS_PREEMPTIBLE": "preemptible",
+}
+
+
+def local_ip() -> str:
+    """The address the host's name resolves to; loopback when it does not resolve."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def attribute_value(text: str) -> pb.AttributeValue:
+    """Numbers become numeric attributes so GT/LT constraints compare them as numbers."""
+    try:
+        return pb.AttributeValue(int_value=int(text))
+    except ValueError:
+        pass
+    try:
+        return pb.AttributeValue(float_value=float(text))
+    except ValueError:
+        return pb.AttributeValue(string_value=text)
+
+
+def probe(
+    cache_dir: Path,
+    runtime: str,
+    cpu_override: float | None = None,
+    memory_override: int | None = None,
+    attributes: dict[str, str] | None = None,
+) -> pb.WorkerMetadata:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cpus = cpu_override if cpu_override is not None else (len(os.sched_getaffinity(0)) or os.cpu_count() or 1)
+    metadata = pb.WorkerMetadata(
+        hostname=socket.gethostname(),
+        ip_address=local_ip(),
+        cpu_millicores=round(cpus * 1000),
+        memory_bytes=memory_override if memory_override is not None else psutil.virtual_memory().total,
+        disk_bytes=psutil.disk_usage(str(cache_dir)).free,
+        runtime=runtime,
+    )
+    merged = {attr: os.environ[var] for var, attr in _ENV_ATTRIBUTES.items() if os.environ.get(var)}
+    merged.update(attributes or {})
+    for key, value in merged.items():
+        metadata.attributes[key].CopyFrom(attribute_value(value))
+    return metadata

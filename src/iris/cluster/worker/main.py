@@ -1,0 +1,157 @@
+"""Worker daemon: `python -m iris.cluster.worker.main serve --controller-address URL --runtime process`."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from pathlib import Path
+
+import click
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from iris.chaos import load_from_env
+from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
+from iris.cluster.runtime.types import ContainerRuntime
+from iris.cluster.worker.env_probe import probe
+from iris.cluster.worker.service import WorkerServiceImpl
+from iris.cluster.worker.worker import Worker, WorkerSettings
+from iris.config import (
+    DEFAULT_WORKER_PORT,
+    ConfigError,
+    load_and_validate,
+    parse_size,
+)
+from iris.rpc.cluster_connect import WorkerServiceASGIApplication
+
+logger = logging.getLogger("iris.worker")
+
+RUNTIMES = ("process", "docker", "containerd", "kubernetes")
+
+
+def normalize_address(address: str) -> str:
+    address = address.strip().rstrip("/")
+    return address if "://" in address else f"http://{address}"
+
+
+def create_runtime(name: str, state_dir: Path) -> ContainerRuntime:
+    if name == "process":
+        from iris.cluster.runtime.process import ProcessRuntime
+
+        return ProcessRuntime(state_dir)
+    raise click.UsageError(f"runtime {name!r} is not available in this build of the worker; use --runtime process")
+
+
+def _parse_attributes(pairs: tuple[str, ...]) -> dict[str, str]:
+    attributes = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--attribute")
+        attributes[key] = value
+    return attributes
+
+
+@click.group()
+def cli() -> None:
+    """The Iris worker daemon."""
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Cluster config YAML.")
+@click.option("--controller-address", help="Controller URL, e.g. http://10.0.0.2:10000.")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=int, default=None, help=f"Port to listen on (default {DEFAULT_WORKER_PORT}; 0 picks one).")
+@click.option("--advertise-host", help="Host name or IP the controller should use to reach this worker.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Bundle cache and task work dirs.")
+@click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help="How tasks run (default: process).")
+@click.option("--worker-id", help="Stable id for this worker (default: <hostname>:<port>).")
+@click.option("--attribute", "attributes", multiple=True, help="KEY=VALUE attribute to report; repeatable.")
+@click.option("--cpu", type=float, help="Cpus to offer instead of the host's count.")
+@click.option("--memory", help="Memory to offer instead of the host's, e.g. 8GB.")
+@click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (default 10).")
+def serve(
+    config_path: str | None,
+    controller_address: str | None,
+    host: str,
+    port: int | None,
+    advertise_host: str | None,
+    cache_dir: str | None,
+    runtime: str | None,
+    worker_id: str | None,
+    attributes: tuple[str, ...],
+    cpu: float | None,
+    memory: str | None,
+    kill_grace: float | None,
+) -> None:
+    """Register with the controller and run the tasks it sends."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    load_from_env()
+    bootstrap = None
+    kill_grace_s, heartbeat_s = 10.0, 5.0
+    if config_path:
+        try:
+            config = load_and_validate(config_path)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+        bootstrap = config.defaults.bootstrap
+        kill_grace_s = config.defaults.timeouts.kill_grace_period.milliseconds / 1000
+        heartbeat_s = config.defaults.timeouts.heartbeat_interval.milliseconds / 1000
+    controller_address = controller_address or (bootstrap.controller_address if bootstrap else "")
+    if not controller_address:
+        raise click.UsageError("give --controller-address or a config whose bootstrap sets controller_address")
+    if port is None:
+        port = bootstrap.worker_port if bootstrap and bootstrap.worker_port else DEFAULT_WORKER_PORT
+    runtime_name = runtime or (bootstrap.runtime if bootstrap and bootstrap.runtime else "process")
+    cache = Path(cache_dir or (bootstrap.cache_dir if bootstrap and bootstrap.cache_dir else "~/.cache/iris")).expanduser()
+    if kill_grace is not None:
+        kill_grace_s = kill_grace
+    try:
+        memory_bytes = parse_size(memory) if memory else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory") from None
+
+    container_runtime = create_runtime(runtime_name, cache / "runtime")
+    metadata = probe(cache, runtime_name, cpu, memory_bytes, _parse_attributes(attributes))
+    try:
+        sock = bind_socket(host, port)
+    except PortInUseError as exc:
+        raise click.ClickException(f"{exc}; pass --port 0 to pick a free port") from None
+    bound_port = sock.getsockname()[1]
+    address = url_for(sock, advertise_host or (metadata.ip_address if host in ("0.0.0.0", "") else None))
+    settings = WorkerSettings(
+        worker_id=worker_id or f"{socket.gethostname()}:{bound_port}",
+        address=address,
+        controller_address=normalize_address(controller_address),
+        cache_dir=cache,
+        metadata=metadata,
+        kill_grace_s=kill_grace_s,
+        task_image=bootstrap.task_image if bootstrap else "",
+        reregister_after_s=max(3 * heartbeat_s, 15.0),
+    )
+    worker = Worker(settings, container_runtime)
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "worker_id": worker.settings.worker_id, "registered": worker.registered})
+
+    async def on_shutdown() -> None:
+        worker.stop(kill_tasks=True)
+
+    app = build_app(
+        [WorkerServiceASGIApplication(WorkerServiceImpl(worker))], [Route("/health", health)], on_shutdown=on_shutdown
+    )
+    server = HttpServer(app, sock)
+    worker.start()
+    logger.info("worker %s serving on %s (runtime %s)", settings.worker_id, address, runtime_name)
+    print(f"IRIS_WORKER_READY {address}", flush=True)
+    server.serve_forever()
+
+
+def main() -> None:
+    cli(prog_name="python -m iris.cluster.worker.main")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""WorkerService: the RPC surface the controller (and operators) use to reach a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris.cluster.worker.worker import Worker
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc import time_pb2
+
+MAX_FETCH_LINES = 10_000
+
+
+class WorkerServiceImpl:
+    def __init__(self, worker: Worker):
+        self._worker = worker
+
+    async def heartbeat(self, request: pb.HeartbeatRequest, ctx) -> pb.HeartbeatResponse:
+        if request.worker_id and request.worker_id != self._worker.settings.worker_id:
+            raise ConnectError(
+                Code.FAILED_PRECONDITION,
+                f"this is worker {self._worker.settings.worker_id}, not {request.worker_id}",
+            )
+        # Starting attempts and reading their state takes locks and may touch the disk.
+        return await asyncio.to_thread(self._worker.heartbeat, request)
+
+    def _attempt(self, task_id: str, attempt_id: int):
+        attempt = self._worker.attempt(task_id, attempt_id)
+        if attempt is None:
+            which = f"attempt {attempt_id} of task" if attempt_id >= 0 else "task"
+            raise ConnectError(Code.NOT_FOUND, f"{which} {task_id} is not on this worker")
+        return attempt
+
+    async def get_task_status(self, request: pb.WorkerGetTaskStatusRequest, ctx) -> pb.WorkerTaskStatus:
+        return self._attempt(request.task_id, request.attempt_id).status(None, 0)
+
+    async def list_tasks(self, request: pb.WorkerListTasksRequest, ctx) -> pb.WorkerListTasksResponse:
+        return pb.WorkerListTasksResponse(tasks=[a.status(None, 0) for a in self._worker.attempts()])
+
+    async def fetch_task_logs(self, request: pb.FetchTaskLogsRequest, ctx) -> pb.FetchTaskLogsResponse:
+        lines = self._attempt(request.task_id, request.attempt_id).logs()
+        limit = min(request.max_lines or MAX_FETCH_LINES, MAX_FETCH_LINES)
+        window = lines[request.start_line : request.start_line + limit]
+        return pb.FetchTaskLogsResponse(
+            lines=[pb.LogLine(timestamp_ms=line.timestamp_ms, source=line.source, data=line.data) for line in window],
+            next_line=request.start_line + len(window),
+        )
+
+    async def health_check(self, request: pb.HealthCheckRequest, ctx) -> pb.HealthCheckResponse:
+        running = sum(1 for a in self._worker.attempts() if not a.finished)
+        since_ms = int(self._worker.seconds_since_heartbeat() * 1000)
+        return pb.HealthCheckResponse(
+            healthy=True,
+            worker_id=self._worker.settings.worker_id,
+            running_tasks=running,
+            runtime=self._worker.runtime.name,
+            last_heartbeat=time_pb2.Timestamp(epoch_ms=int(time.time() * 1000) - since_ms),
+        )

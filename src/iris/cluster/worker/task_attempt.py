@@ -1,0 +1,276 @@
+"""One attempt of one task on this worker, driven by its own thread.
+
+ASSIGNED -> BUILDING (bundle fetched, setup run) -> RUNNING (command started) -> SUCCEEDED, FAILED
+or KILLED. The attempt keeps every log line it produced (build, stdout, stderr) with stable indexes
+so the controller can pull them incrementally from any offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from iris import chaos
+from iris.cluster.runtime.types import (
+    BuildFailedError,
+    ContainerConfig,
+    ContainerHandle,
+    ContainerPhase,
+    ContainerRuntime,
+    LogLine,
+    managed_labels,
+)
+from iris.cluster.worker.bundle_cache import BundleCache
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc import time_pb2
+
+logger = logging.getLogger(__name__)
+
+CALLABLE_FILE = ".iris-callable.pkl"
+RESULT_FILE = ".iris-result.pkl"
+# A callable's return value travels back in a heartbeat; past this it is refused with a clear error.
+MAX_RESULT_BYTES = 32 * 1024 * 1024
+LOG_POLL_INTERVAL_S = 0.05
+
+TERMINAL = frozenset({pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED})
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What every attempt on this worker shares."""
+
+    runtime: ContainerRuntime
+    bundles: BundleCache
+    work_root: Path
+    kill_grace_s: float
+    task_image: str
+    on_change: Callable[[], None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TaskAttempt:
+    def __init__(self, request: pb.RunTaskRequest, ports: dict[str, int], ctx: AttemptContext):
+        self.request = request
+        self.key = (request.task_id, request.attempt_id)
+        self.ports = ports
+        self._ctx = ctx
+        self._lock = threading.Lock()
+        self.state = pb.TASK_STATE_ASSIGNED
+        self.exit_code = 0
+        self.error = ""
+        self.result = b""
+        self.started_at_ms = 0
+        self.finished_at_ms = 0
+        self._logs: list[LogLine] = []
+        self._handle: ContainerHandle | None = None
+        self._kill_requested = threading.Event()
+        safe_id = request.task_id.strip("/").replace("/", "__")
+        self.workdir = ctx.work_root / f"{safe_id}.a{request.attempt_id}"
+        self._thread = threading.Thread(target=self._run, name=f"attempt-{request.task_id}#{request.attempt_id}", daemon=True)
+
+    # ------------------------------------------------------------ control
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def kill(self) -> None:
+        """Ask the attempt to stop; returns at once, the attempt's thread does the waiting."""
+        self._kill_requested.set()
+        handle = self._handle
+        if handle is not None:
+            threading.Thread(target=handle.kill, args=(self._ctx.kill_grace_s,), daemon=True).start()
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    # ------------------------------------------------------------ reporting
+
+    def logs(self) -> list[LogLine]:
+        with self._lock:
+            return list(self._logs)
+
+    def status(self, log_offset: int | None, max_lines: int) -> pb.WorkerTaskStatus:
+        with self._lock:
+            total_lines = len(self._logs)
+            window = self._logs[log_offset : log_offset + max_lines] if log_offset is not None else []
+            status = pb.WorkerTaskStatus(
+                task_id=self.request.task_id,
+                job_id=self.request.job_id,
+                attempt_id=self.request.attempt_id,
+                state=self.state,
+                exit_code=self.exit_code,
+                error=self.error,
+                total_log_lines=total_lines,
+                ports=self.ports,
+            )
+            if self.started_at_ms:
+                status.started_at.CopyFrom(time_pb2.Timestamp(epoch_ms=self.started_at_ms))
+            if self.finished_at_ms:
+                status.finished_at.CopyFrom(time_pb2.Timestamp(epoch_ms=self.finished_at_ms))
+            if self.result:
+                status.result = self.result
+        status.logs.extend(
+            pb.LogLine(timestamp_ms=line.timestamp_ms, source=line.source, data=line.data) for line in window
+        )
+        handle = self._handle
+        if handle is not None and self.state == pb.TASK_STATE_RUNNING:
+            try:
+                stats = handle.stats()
+                status.usage.CopyFrom(
+                    pb.ResourceUsage(
+                        memory_bytes=stats.memory_bytes, cpu_percent=stats.cpu_percent, process_count=stats.process_count
+                    )
+                )
+            except Exception:
+                logger.debug("stats for %s unavailable", self.key, exc_info=True)
+        return status
+
+    def _set_state(self, state: int, error: str = "", exit_code: int | None = None) -> None:
+        with self._lock:
+            if self.state in TERMINAL:
+                return
+            self.state = state
+            if error:
+                self.error = error
+            if exit_code is not None:
+                self.exit_code = exit_code
+            if state == pb.TASK_STATE_RUNNING and not self.started_at_ms:
+                self.started_at_ms = _now_ms()
+            if state in TERMINAL:
+                self.finished_at_ms = _now_ms()
+        self._ctx.on_change()
+
+    # ------------------------------------------------------------ the attempt's thread
+
+    def _run(self) -> None:
+        try:
+            self._prepare_and_run()
+        except BuildFailedError as exc:
+            self._set_state(pb.TASK_STATE_FAILED, f"setup failed: {exc}", exit_code=1)
+        except Exception as exc:
+            logger.exception("attempt %s failed", self.key)
+            self._set_state(pb.TASK_STATE_FAILED, f"{type(exc).__name__}: {exc}", exit_code=1)
+        finally:
+            if self._kill_requested.is_set():
+                self._set_state(pb.TASK_STATE_KILLED, "killed by the controller", exit_code=-1)
+            handle = self._handle
+            if handle is not None:
+                try:
+                    self._pull_logs(handle)
+                    handle.cleanup()
+                except Exception:
+                    logger.warning("cleanup of %s failed", self.key, exc_info=True)
+
+    def _prepare_and_run(self) -> None:
+        request = self.request
+        self._set_state(pb.TASK_STATE_BUILDING)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if request.bundle_uri:
+            chaos.maybe_fail("worker.bundle_download")
+            self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
+        if self._kill_requested.is_set():
+            return
+        chaos.maybe_fail("worker.container_create")
+        handle = self._ctx.runtime.create_container(self._container_config())
+        self._handle = handle
+        if self._kill_requested.is_set():
+            return
+        handle.build()
+        self._pull_logs(handle)
+        if self._kill_requested.is_set():
+            return
+        handle.run()
+        self._set_state(pb.TASK_STATE_RUNNING)
+        while True:
+            status = handle.wait(LOG_POLL_INTERVAL_S)
+            self._pull_logs(handle)
+            if status.phase == ContainerPhase.EXITED:
+                break
+        self._finish(handle)
+
+    def _pull_logs(self, handle: ContainerHandle) -> None:
+        with self._lock:
+            known = len(self._logs)
+        fresh = handle.logs(known)
+        if fresh:
+            with self._lock:
+                self._logs.extend(fresh)
+            self._ctx.on_change()
+
+    def _finish(self, handle: ContainerHandle) -> None:
+        status = handle.status()
+        self._pull_logs(handle)
+        if self._kill_requested.is_set():
+            return
+        result_path = self.workdir / RESULT_FILE
+        if result_path.exists():
+            size = result_path.stat().st_size
+            if size > MAX_RESULT_BYTES:
+                self._set_state(
+                    pb.TASK_STATE_FAILED,
+                    f"the callable's return value is {size / 2**20:.1f} MiB, over the {MAX_RESULT_BYTES // 2**20} MiB "
+                    "limit; write large results to storage and return their location",
+                    exit_code=status.exit_code if status.exit_code else 1,
+                )
+                return
+            with self._lock:
+                self.result = result_path.read_bytes()
+        if status.exit_code == 0:
+            self._set_state(pb.TASK_STATE_SUCCEEDED, exit_code=0)
+        else:
+            error = status.error or f"exited with code {status.exit_code}"
+            self._set_state(pb.TASK_STATE_FAILED, error, exit_code=status.exit_code if status.exit_code is not None else 1)
+
+    def _container_config(self) -> ContainerConfig:
+        request = self.request
+        env = dict(request.environment.env_vars)
+        env.update(request.env)
+        for name, port in self.ports.items():
+            env[f"IRIS_PORT_{name.upper().replace('-', '_')}"] = str(port)
+        env["IRIS_WORKDIR"] = str(self.workdir)
+        entry = request.entrypoint.WhichOneof("kind")
+        if entry == "callable":
+            (self.workdir / CALLABLE_FILE).write_bytes(request.entrypoint.callable.pickled)
+            command = [
+                sys.executable,
+                "-m",
+                "iris.cluster.worker.callable_runner",
+                str(self.workdir / CALLABLE_FILE),
+                str(self.workdir / RESULT_FILE),
+            ]
+        else:
+            command = list(request.entrypoint.command.argv)
+        # User modules in the bundle must be importable, as they were on the submitting machine.
+        env["PYTHONPATH"] = ":".join(filter(None, [str(self.workdir), env.get("PYTHONPATH", "")]))
+        resources = request.resources
+        device = resources.device
+        return ContainerConfig(
+            image=self._ctx.task_image,
+            command=command,
+            env=env,
+            workdir=self.workdir,
+            setup_commands=list(request.environment.setup_commands),
+            pip_packages=list(request.environment.pip_packages),
+            cpu_millicores=resources.cpu_millicores,
+            memory_bytes=resources.memory_bytes,
+            disk_bytes=resources.disk_bytes,
+            ports=dict(self.ports),
+            labels=managed_labels(request.task_id, request.job_id, request.attempt_id),
+            task_id=request.task_id,
+            attempt_id=request.attempt_id,
+            timeout_seconds=(request.timeout.milliseconds / 1000) if request.timeout.milliseconds else None,
+            tpu_variant=device.tpu.variant if device.HasField("tpu") else "",
+            gpu_count=device.gpu.count if device.HasField("gpu") else 0,
+        )

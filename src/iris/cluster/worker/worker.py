@@ -1,0 +1,215 @@
+"""The worker's core: registration, heartbeat handling, and the attempts it runs.
+
+The controller drives the worker: each heartbeat brings tasks to run, attempts to kill and the
+attempts the controller expects, and the answer reports every attempt's progress with new log
+lines. The worker only reaches out on its own to register, to re-register when heartbeats stop
+(the controller may have lost it), and to nudge the controller when an attempt changes so that
+the next heartbeat comes at once instead of at the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iris.cluster.runtime.types import ContainerRuntime
+from iris.cluster.worker.bundle_cache import BundleCache
+from iris.cluster.worker.ports import PortAllocator
+from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc.cluster_connect import ControllerServiceClientSync
+from iris.time import ExponentialBackoff
+
+logger = logging.getLogger(__name__)
+
+MAX_LOG_LINES_PER_HEARTBEAT = 2000
+# Finished attempts the controller no longer expects stay this long for FetchTaskLogs, then go.
+FINISHED_RETENTION_S = 600.0
+# Nudges are coalesced: at most one per this interval.
+NOTIFY_MIN_INTERVAL_S = 0.02
+
+
+@dataclass
+class WorkerSettings:
+    worker_id: str
+    address: str
+    controller_address: str
+    cache_dir: Path
+    metadata: pb.WorkerMetadata
+    kill_grace_s: float = 10.0
+    task_image: str = ""
+    # Re-register when no heartbeat arrived for this long.
+    reregister_after_s: float = 30.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings, runtime: ContainerRuntime):
+        self.settings = settings
+        self.runtime = runtime
+        self._lock = threading.Lock()
+        self._attempts: dict[tuple[str, int], TaskAttempt] = {}
+        self._finished_at: dict[tuple[str, int], float] = {}
+        self._ports = PortAllocator()
+        self._bundles = BundleCache(settings.cache_dir / "bundles")
+        self._ctx = AttemptContext(
+            runtime=runtime,
+            bundles=self._bundles,
+            work_root=settings.cache_dir / "tasks",
+            kill_grace_s=settings.kill_grace_s,
+            task_image=settings.task_image,
+            on_change=self._attempt_changed,
+        )
+        self._controller = ControllerServiceClientSync(settings.controller_address, send_compression=None)
+        self._last_heartbeat = time.monotonic()
+        self._registered = threading.Event()
+        self._notify = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        removed = self.runtime.remove_leftovers()
+        if removed:
+            logger.info("removed %d leftover container(s) from a previous worker", removed)
+        for target, name in ((self._registration_loop, "register"), (self._notify_loop, "notify")):
+            thread = threading.Thread(target=target, name=f"worker-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, kill_tasks: bool = True) -> None:
+        self._stop.set()
+        self._notify.set()
+        if kill_tasks:
+            with self._lock:
+                attempts = list(self._attempts.values())
+            for attempt in attempts:
+                if not attempt.finished:
+                    attempt.kill()
+            for attempt in attempts:
+                attempt.join(self.settings.kill_grace_s + 5)
+        for thread in self._threads:
+            thread.join(5)
+        self._controller.close()
+
+    @property
+    def registered(self) -> bool:
+        return self._registered.is_set()
+
+    # ------------------------------------------------------------ talking to the controller
+
+    def _register_once(self) -> None:
+        self._controller.register(
+            pb.RegisterRequest(
+                worker_id=self.settings.worker_id, address=self.settings.address, metadata=self.settings.metadata
+            ),
+            timeout_ms=10_000,
+        )
+        self._last_heartbeat = time.monotonic()
+        self._registered.set()
+        logger.info("registered with %s as %s", self.settings.controller_address, self.settings.worker_id)
+
+    def _registration_loop(self) -> None:
+        backoff = ExponentialBackoff(initial=0.2, maximum=10.0)
+        while not self._stop.is_set():
+            silent = time.monotonic() - self._last_heartbeat
+            if not self._registered.is_set() or silent > self.settings.reregister_after_s:
+                try:
+                    self._register_once()
+                    backoff.reset()
+                except Exception as exc:
+                    self._registered.clear()
+                    delay = backoff.next_delay()
+                    logger.warning(
+                        "cannot register with controller %s: %s; retrying in %.1fs",
+                        self.settings.controller_address,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                        delay,
+                    )
+                    self._stop.wait(delay)
+                    continue
+            self._stop.wait(1.0)
+
+    def _attempt_changed(self) -> None:
+        self._notify.set()
+
+    def _notify_loop(self) -> None:
+        while not self._stop.is_set():
+            self._notify.wait()
+            if self._stop.is_set():
+                return
+            self._notify.clear()
+            if self._registered.is_set():
+                try:
+                    self._controller.notify_worker_event(
+                        pb.NotifyWorkerEventRequest(worker_id=self.settings.worker_id), timeout_ms=5_000
+                    )
+                except Exception as exc:
+                    logger.debug("nudge to controller failed: %s", exc)
+            self._stop.wait(NOTIFY_MIN_INTERVAL_S)
+
+    # ------------------------------------------------------------ heartbeat
+
+    def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+        self._last_heartbeat = time.monotonic()
+        self._registered.set()
+        with self._lock:
+            for run in request.tasks_to_run:
+                key = (run.task_id, run.attempt_id)
+                if key in self._attempts:
+                    continue  # a repeated delivery after a lost response
+                attempt = TaskAttempt(run, self._ports.allocate(run.ports, owner=key), self._ctx)
+                self._attempts[key] = attempt
+                attempt.start()
+            to_kill = [self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill]
+            expected = {(e.task_id, e.attempt_id): e.log_offset for e in request.expected_tasks}
+            attempts = dict(self._attempts)
+        for attempt in to_kill:
+            if attempt is not None and not attempt.finished:
+                logger.info("killing %s attempt %d at the controller's request", *attempt.key)
+                attempt.kill()
+        response = pb.HeartbeatResponse(worker_id=self.settings.worker_id)
+        for key, attempt in attempts.items():
+            status = attempt.status(expected.get(key), MAX_LOG_LINES_PER_HEARTBEAT)
+            if not attempt.finished:
+                response.running_tasks.append(status)
+            elif key in expected:
+                response.completed_tasks.append(status)
+        self._collect_garbage(expected)
+        return response
+
+    def _collect_garbage(self, expected: dict[tuple[str, int], int]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for key, attempt in list(self._attempts.items()):
+                if not attempt.finished or key in expected:
+                    self._finished_at.pop(key, None)
+                    continue
+                self._ports.release(key)
+                first_seen = self._finished_at.setdefault(key, now)
+                if now - first_seen > FINISHED_RETENTION_S:
+                    del self._attempts[key]
+                    del self._finished_at[key]
+                    threading.Thread(target=shutil.rmtree, args=(attempt.workdir, True), daemon=True).start()
+
+    # ------------------------------------------------------------ queries
+
+    def attempt(self, task_id: str, attempt_id: int) -> TaskAttempt | None:
+        with self._lock:
+            if attempt_id >= 0:
+                return self._attempts.get((task_id, attempt_id))
+            matching = [a for (t, _), a in self._attempts.items() if t == task_id]
+        return max(matching, key=lambda a: a.request.attempt_id, default=None)
+
+    def attempts(self) -> list[TaskAttempt]:
+        with self._lock:
+            return list(self._attempts.values())
+
+    def seconds_since_heartbeat(self) -> float:
+        return time.monotonic() - self._last_heartbeat
+
