@@ -1,0 +1,1 @@
+"""Container runtimes: how a worker runs one task attempt (process, docker, containerd, kubernetes)."""

@@ -1,0 +1,578 @@
+"""ProcessRuntime: runs each task attempt as a local process group (Linux only).
+
+A "container" here is the command started in its own session in the task's workdir, sharing the
+host's network and filesystem. The runtime enforces the memory limit (by sampling the RSS of the
+process tree) and the timeout itself; cpu_millicores, disk_bytes, image and accelerator fields
+are not enforced because there is nothing to isolate them with.
+
+State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
+labels) lets a later worker process find and kill what this one left running, next to
+`stdout.log`, `stderr.log` and `build.log`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, NoReturn
+
+import psutil
+
+from iris.cluster.runtime.types import (
+    BuildFailedError,
+    ContainerConfig,
+    ContainerError,
+    ContainerPhase,
+    ContainerStats,
+    ContainerStatus,
+    LogLine,
+    LogSource,
+)
+
+MONITOR_INTERVAL_SECONDS = 0.1
+TIMEOUT_GRACE_SECONDS = 5.0
+PACKAGES_DIRNAME = ".iris-packages"
+
+# How long kill() keeps waiting after SIGKILL; SIGKILL cannot be caught, so this only covers
+# the kernel tearing the processes down and the readers draining the pipes.
+_KILL_SETTLE_SECONDS = 1.0
+# Pipes stay open while any process holding them lives; a process that left the group (setsid)
+# must not stall the exit report forever.
+_READER_DRAIN_SECONDS = 5.0
+_BUILD_TAIL_LINES = 20
+# Bounds memory for output without newlines (progress bars, binary data): longer runs are split.
+_MAX_LINE_BYTES = 64 * 1024
+# psutil derives create_time from boot time and clock ticks; two readings of the same process
+# agree far more closely than this, while a recycled pid starts much later.
+_CREATE_TIME_TOLERANCE_SECONDS = 0.05
+_MIB = 1024 * 1024
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+_BASE_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    }
+)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _base_env() -> dict[str, str]:
+    """The part of the worker's environment a task inherits, like a container image's defaults."""
+    env = {k: v for k, v in os.environ.items() if k in _BASE_ENV_NAMES or k.startswith("LC_")}
+    # Tasks run `python3 ...` and expect the interpreter (and venv) the worker itself runs with.
+    python_dir = os.path.dirname(sys.executable)
+    rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and p != python_dir]
+    env["PATH"] = os.pathsep.join([python_dir, *rest])
+    # Without this, Python buffers stdout into a pipe and logs arrive only when the task exits.
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _container_env(config: ContainerConfig) -> dict[str, str]:
+    env = {**_base_env(), **config.env}
+    if config.pip_packages:
+        packages = str(config.workdir / PACKAGES_DIRNAME)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (packages, config.env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _container_id(config: ContainerConfig) -> str:
+    task = re.sub(r"[^A-Za-z0-9_.-]+", "-", config.task_id).strip("-")[:64] or "task"
+    return f"iris-{task}-{config.attempt_id}-{uuid.uuid4().hex[:8]}"
+
+
+def _pip_install_command(target: Path, packages: list[str]) -> list[str]:
+    """Install into `target` for the worker's interpreter, with pip if it has it, else with uv.
+
+    uv-managed virtualenvs ship without pip, so `python -m pip` alone would fail there.
+    """
+    if importlib.util.find_spec("pip") is not None:
+        return [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--target",
+            str(target),
+            *packages,
+        ]
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv is None:
+        raise ContainerError(
+            f"cannot install pip packages: {sys.executable} has no pip and uv is not on PATH"
+        )
+    return [uv, "pip", "install", "--python", sys.executable, "--target", str(target), *packages]
+
+
+def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
+    def preexec() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        # If the parent died between fork and prctl no signal will ever come.
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _tree_rss(pid: int) -> int:
+    total = 0
+    for proc in _tree(pid):
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _describe_exit(returncode: int) -> tuple[int, str]:
+    if returncode < 0:
+        signum = -returncode
+        try:
+            name = f" ({signal.Signals(signum).name})"
+        except ValueError:
+            name = ""
+        return 128 + signum, f"killed by signal {signum}{name}"
+    if returncode > 0:
+        return returncode, f"exited with code {returncode}"
+    return 0, ""
+
+
+class _Supervised:
+    """One process of a container (a build step or the command) and the threads draining its pipes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], readers: list[threading.Thread]) -> None:
+        self.proc = proc
+        self.readers = readers
+        self.sigkill_at: float | None = None
+
+
+class ProcessContainerHandle:
+    def __init__(
+        self,
+        config: ContainerConfig,
+        container_id: str,
+        record_dir: Path,
+        on_cleanup: Callable[[str], None],
+    ) -> None:
+        self.container_id = container_id
+        self._config = config
+        self._record_dir = record_dir
+        self._on_cleanup = on_cleanup
+        self._env = _container_env(config)
+        self._lock = threading.Lock()
+        # Held while signalling or reaping, so a signal never reaches a recycled pid/pgid: the
+        # group leader stays a zombie (pid reserved) until the whole group has been killed.
+        self._signal_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._lines: list[LogLine] = []
+        self._status = ContainerStatus(phase=ContainerPhase.CREATED)
+        self._oom_error = ""
+        self._built = not (config.setup_commands or config.pip_packages)
+        self._current: _Supervised | None = None
+        self._kill_requested = False
+        self._exited = threading.Event()
+        self._stats_procs: dict[int, psutil.Process] = {}
+        self._write_meta(pid=None, create_time=None)
+
+    # -- protocol -------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        with self._lock:
+            if self._status.phase != ContainerPhase.CREATED:
+                raise ContainerError(
+                    f"cannot build container {self.container_id} in phase {self._status.phase}"
+                )
+            if self._built:
+                return
+            self._status.phase = ContainerPhase.BUILDING
+        steps: list[tuple[str, list[str]]] = []
+        if self._config.pip_packages:
+            try:
+                argv = _pip_install_command(
+                    self._config.workdir / PACKAGES_DIRNAME, self._config.pip_packages
+                )
+            except ContainerError as e:
+                self._fail_build("pip install " + shlex.join(self._config.pip_packages), 127, [str(e)])
+            steps.append((shlex.join(argv), argv))
+        steps.extend((command, ["bash", "-c", command]) for command in self._config.setup_commands)
+        for display, argv in steps:
+            self._run_build_step(display, argv)
+        with self._lock:
+            self._built = True
+            self._status.phase = ContainerPhase.CREATED
+
+    def run(self) -> None:
+        with self._lock:
+            if self._status.phase != ContainerPhase.CREATED:
+                raise ContainerError(
+                    f"cannot run container {self.container_id} in phase {self._status.phase}"
+                )
+            if not self._built:
+                raise ContainerError(
+                    f"container {self.container_id} has setup steps: build() must succeed first"
+                )
+            self._status.phase = ContainerPhase.RUNNING
+        started = threading.Event()
+        spawn_errors: list[OSError] = []
+        threading.Thread(
+            target=self._monitor,
+            args=(started, spawn_errors),
+            name=f"monitor-{self.container_id}",
+            daemon=True,
+        ).start()
+        started.wait()
+        if spawn_errors:
+            raise ContainerError(self._status.error) from spawn_errors[0]
+
+    def status(self) -> ContainerStatus:
+        with self._lock:
+            return replace(self._status)
+
+    def logs(self, start_line: int = 0) -> list[LogLine]:
+        with self._lock:
+            return self._lines[start_line:]
+
+    def stats(self) -> ContainerStats:
+        with self._lock:
+            current = self._current
+        with self._stats_lock:
+            if current is None or current.proc.returncode is not None:
+                self._stats_procs = {}
+                return ContainerStats(memory_bytes=0, cpu_percent=0.0, process_count=0)
+            # cpu_percent measures since the previous call on the same psutil.Process object.
+            known: dict[int, psutil.Process] = {}
+            memory, cpu = 0, 0.0
+            for proc in _tree(current.proc.pid):
+                cached = self._stats_procs.get(proc.pid)
+                if cached is None or cached != proc:
+                    cached = proc
+                try:
+                    memory += cached.memory_info().rss
+                    cpu += cached.cpu_percent(interval=None)
+                except psutil.NoSuchProcess:
+                    continue
+                known[proc.pid] = cached
+            self._stats_procs = known
+            return ContainerStats(memory_bytes=memory, cpu_percent=cpu, process_count=len(known))
+
+    def kill(self, grace_seconds: float) -> None:
+        with self._lock:
+            self._kill_requested = True
+            current = self._current
+            if self._status.phase == ContainerPhase.CREATED:
+                self._finish_locked(exit_code=None, error="killed before start")
+                return
+        if current is None:
+            # Between build steps or before the command was forked: the flag stops them.
+            self._exited.wait(_KILL_SETTLE_SECONDS)
+            return
+        self._signal(current, signal.SIGTERM)
+        if self._exited.wait(grace_seconds):
+            return
+        self._signal(current, signal.SIGKILL)
+        self._exited.wait(_KILL_SETTLE_SECONDS)
+
+    def wait(self, timeout: float | None = None) -> ContainerStatus:
+        self._exited.wait(timeout)
+        return self.status()
+
+    def cleanup(self) -> None:
+        self.kill(grace_seconds=0)
+        shutil.rmtree(self._record_dir, ignore_errors=True)
+        self._on_cleanup(self.container_id)
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _spawn(self, argv: list[str], merge_output: bool) -> _Supervised:
+        """Fork `argv` in its own session.
+
+        PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process, so
+        callers must fork from a thread that outlives the child and reaps it: the monitor thread
+        for the command, the (blocked) build() caller for build steps.
+        """
+        proc = subprocess.Popen(
+            argv,
+            cwd=self._config.workdir,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+            start_new_session=True,
+            # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
+            # one only makes raw syscalls through a libc handle loaded at import.
+            preexec_fn=_pdeathsig_preexec(os.getpid()),  # noqa: PLW1509
+        )
+        assert proc.stdout is not None
+        pipes: list[tuple[IO[bytes], LogSource]] = [(proc.stdout, "build" if merge_output else "stdout")]
+        if proc.stderr is not None:
+            pipes.append((proc.stderr, "stderr"))
+        readers = [
+            threading.Thread(
+                target=self._read_lines,
+                args=(pipe, source),
+                name=f"{source}-{self.container_id}",
+                daemon=True,
+            )
+            for pipe, source in pipes
+        ]
+        for reader in readers:
+            reader.start()
+        # The child cannot be reaped before _supervise runs, so its /proc entry is still there.
+        self._write_meta(pid=proc.pid, create_time=psutil.Process(proc.pid).create_time())
+        return _Supervised(proc, readers)
+
+    def _read_lines(self, pipe: IO[bytes], source: LogSource) -> None:
+        with pipe, open(self._record_dir / f"{source}.log", "a", encoding="utf-8") as log_file:
+            # readline() returns a final line without newline at EOF, so partial output survives.
+            for raw in iter(lambda: pipe.readline(_MAX_LINE_BYTES), b""):
+                data = raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
+                log_file.write(data + "\n")
+                log_file.flush()
+                self._append(LogLine(timestamp_ms=_now_ms(), source=source, data=data))
+
+    def _append(self, line: LogLine) -> None:
+        with self._lock:
+            self._lines.append(line)
+
+    def _signal(self, current: _Supervised, sig: signal.Signals) -> None:
+        with self._signal_lock:
+            if current.proc.returncode is not None:
+                return
+            try:
+                os.killpg(current.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _supervise(self, current: _Supervised, deadline: float | None) -> int:
+        """Enforce limits until the process exits, then kill what is left of its group and reap it.
+
+        Returns the Popen return code (negative signal number if killed by a signal).
+        """
+        pidfd = os.pidfd_open(current.proc.pid)
+        try:
+            # The pidfd becomes readable when the child exits; it stays a zombie until reaped.
+            while not select.select([pidfd], [], [], MONITOR_INTERVAL_SECONDS)[0]:
+                self._enforce_limits(current, deadline)
+        finally:
+            os.close(pidfd)
+        # Like a container, nothing outlives the main process; this also closes stray pipe writers.
+        self._signal(current, signal.SIGKILL)
+        with self._signal_lock:
+            returncode = current.proc.wait()
+        for reader in current.readers:
+            reader.join(_READER_DRAIN_SECONDS)
+        return returncode
+
+    def _enforce_limits(self, current: _Supervised, deadline: float | None) -> None:
+        now = time.monotonic()
+        limit = self._config.memory_bytes
+        if limit and not self._status.oom_killed:
+            used = _tree_rss(current.proc.pid)
+            if used > limit:
+                with self._lock:
+                    self._status.oom_killed = True
+                    self._oom_error = f"out of memory: used {used // _MIB}MB of {limit // _MIB}MB limit"
+                self._signal(current, signal.SIGKILL)
+        if deadline is not None and now >= deadline and not self._status.timed_out:
+            with self._lock:
+                self._status.timed_out = True
+            self._signal(current, signal.SIGTERM)
+            current.sigkill_at = now + TIMEOUT_GRACE_SECONDS
+        if current.sigkill_at is not None and now >= current.sigkill_at:
+            self._signal(current, signal.SIGKILL)
+            current.sigkill_at = None
+
+    def _monitor(self, started: threading.Event, spawn_errors: list[OSError]) -> None:
+        try:
+            current = self._spawn(self._config.command, merge_output=False)
+        except OSError as e:
+            spawn_errors.append(e)
+            with self._lock:
+                self._finish_locked(exit_code=127, error=f"failed to start {self._config.command[0]!r}: {e}")
+            started.set()
+            return
+        timeout = self._config.timeout_seconds
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._current = current
+            self._status.started_at_ms = _now_ms()
+            kill_requested = self._kill_requested
+        started.set()
+        if kill_requested:
+            self._signal(current, signal.SIGKILL)
+        exit_code, error = _describe_exit(self._supervise(current, deadline))
+        with self._lock:
+            if self._status.oom_killed:
+                error = self._oom_error
+            elif self._status.timed_out:
+                error = f"killed after timeout of {timeout:g}s"
+            self._finish_locked(exit_code=exit_code, error=error)
+
+    def _run_build_step(self, display: str, argv: list[str]) -> None:
+        with self._lock:
+            killed = self._kill_requested
+            if not killed:
+                self._lines.append(LogLine(timestamp_ms=_now_ms(), source="build", data=f"$ {display}"))
+            first_line = len(self._lines)
+        if killed:
+            self._fail_build(display, 128 + signal.SIGKILL, [], error="killed during build")
+        try:
+            current = self._spawn(argv, merge_output=True)
+        except OSError as e:
+            self._fail_build(display, 127, [str(e)])
+        with self._lock:
+            self._current = current
+            kill_requested = self._kill_requested
+        if kill_requested:
+            self._signal(current, signal.SIGKILL)
+        exit_code, _ = _describe_exit(self._supervise(current, deadline=None))
+        with self._lock:
+            self._current = None
+            tail = [line.data for line in self._lines[first_line:]][-_BUILD_TAIL_LINES:]
+            kill_requested = self._kill_requested
+        if kill_requested:
+            self._fail_build(display, exit_code, tail, error="killed during build")
+        if exit_code != 0:
+            self._fail_build(display, exit_code, tail, error=self._oom_error)
+
+    def _fail_build(self, command: str, exit_code: int, tail: list[str], error: str = "") -> NoReturn:
+        failure = BuildFailedError(command, exit_code, tail)
+        with self._lock:
+            self._finish_locked(exit_code=exit_code, error=error or str(failure))
+        raise failure
+
+    def _finish_locked(self, exit_code: int | None, error: str) -> None:
+        self._status.phase = ContainerPhase.EXITED
+        self._status.exit_code = exit_code
+        self._status.error = error
+        self._status.finished_at_ms = _now_ms()
+        self._exited.set()
+
+    def _write_meta(self, pid: int | None, create_time: float | None) -> None:
+        record = {
+            "container_id": self.container_id,
+            "labels": self._config.labels,
+            "pid": pid,
+            "create_time": create_time,
+        }
+        tmp = self._record_dir / "meta.json.tmp"
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self._record_dir / "meta.json")
+
+
+def _kill_leftover_group(pid: int, create_time: float) -> None:
+    """SIGKILL the process group a previous worker recorded, unless its pid now names someone else."""
+    try:
+        leader: psutil.Process | None = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        leader = None
+    if leader is not None and abs(leader.create_time() - create_time) > _CREATE_TIME_TOLERANCE_SECONDS:
+        return
+    # A leader that is gone may have left members behind (PDEATHSIG reaches only the direct
+    # child). The kernel does not hand out a pid while it is still some group's id, so a group
+    # with this id and no leader can only be the one we recorded.
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if leader is None:
+        return
+    deadline = time.monotonic() + _KILL_SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if leader.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.01)
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, state_dir: Path) -> None:
+        self._containers_dir = state_dir / "containers"
+        self._containers_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._live: set[str] = set()
+
+    def create_container(self, config: ContainerConfig) -> ProcessContainerHandle:
+        if not config.workdir.is_dir():
+            raise ContainerError(f"workdir {config.workdir} does not exist")
+        container_id = _container_id(config)
+        record_dir = self._containers_dir / container_id
+        record_dir.mkdir()
+        with self._lock:
+            self._live.add(container_id)
+        return ProcessContainerHandle(config, container_id, record_dir, on_cleanup=self._forget)
+
+    def remove_leftovers(self) -> int:
+        """Kill and delete every container recorded in state_dir that this instance did not create.
+
+        Everything recorded there was created (and labelled iris.managed=true) by a ProcessRuntime.
+        """
+        with self._lock:
+            live = set(self._live)
+        removed = 0
+        for record_dir in sorted(self._containers_dir.iterdir()):
+            if record_dir.name in live or not record_dir.is_dir():
+                continue
+            try:
+                meta = json.loads((record_dir / "meta.json").read_text())
+            except (OSError, ValueError):
+                meta = {}
+            if meta.get("pid") is not None and meta.get("create_time") is not None:
+                _kill_leftover_group(meta["pid"], meta["create_time"])
+            shutil.rmtree(record_dir, ignore_errors=True)
+            removed += 1
+        return removed
+
+    def _forget(self, container_id: str) -> None:
+        with self._lock:
+            self._live.discard(container_id)
