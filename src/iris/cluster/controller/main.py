@@ -46,6 +46,7 @@ class ControllerDaemon:
         heartbeat_interval_s: float = 5.0,
         worker_timeout_s: float = 60.0,
         advertise_host: str | None = None,
+        scheduler_fallback_interval_s: float = 1.0,
     ):
         if not bundle_prefix:
             raise ValueError(
@@ -64,6 +65,7 @@ class ControllerDaemon:
                 advertised_address=self.url,
                 heartbeat_interval_s=heartbeat_interval_s,
                 worker_timeout_s=worker_timeout_s,
+                scheduler_fallback_interval_s=scheduler_fallback_interval_s,
             ),
         )
         service = ControllerServiceASGIApplication(
