@@ -181,14 +181,15 @@ class LocalCluster:
                 process.wait()
 
     def stop(self) -> None:
+        # The controller goes first so that it does not report the departing workers as failed.
+        if self.daemon is not None:
+            self.daemon.stop()
+            self.daemon = None
         for process in self.worker_processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         for worker_id in list(self.worker_processes):
             self.stop_worker(worker_id)
-        if self.daemon is not None:
-            self.daemon.stop()
-            self.daemon = None
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None

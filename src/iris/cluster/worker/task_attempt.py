@@ -178,7 +178,6 @@ class TaskAttempt:
         self._set_state(pb.TASK_STATE_BUILDING)
         self.workdir.mkdir(parents=True, exist_ok=True)
         if request.bundle_uri:
-            chaos.maybe_fail("worker.bundle_download")
             self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
         if self._kill_requested.is_set():
             return

@@ -1,0 +1,290 @@
+"""Workspace bundles: a deterministic zip of the user's workspace, addressed by its SHA-256.
+
+The same tree always produces the same bytes (sorted entries, fixed timestamps, normalised
+permissions), so resubmitting unchanged code uploads nothing new and workers reuse their cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+import shutil
+import stat
+import zipfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pathspec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
+
+# Never useful on a worker, often huge, and rebuilt there anyway.
+ALWAYS_EXCLUDED_NAMES = frozenset({".git", ".venv", "__pycache__", ".iris"})
+ALWAYS_EXCLUDED_SUFFIXES = (".pyc",)
+
+# The earliest timestamp a zip entry can hold; mtimes would make every build hash differently.
+_FIXED_DATE_TIME = (1980, 1, 1, 0, 0, 0)
+_ZIP_CREATE_SYSTEM_UNIX = 3
+_LARGEST_ENTRIES_SHOWN = 5
+_COPY_CHUNK_BYTES = 1024 * 1024
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def validate_digest(sha256: str) -> None:
+    """Reject anything but a lowercase hex SHA-256; digests become file and object names."""
+    if not _SHA256_HEX.fullmatch(sha256):
+        raise ValueError(f"bundle digest {sha256!r} is not a lowercase hex SHA-256 (64 characters of 0-9a-f)")
+
+
+class BundleTooLargeError(ValueError):
+    """The workspace is bigger than the bundle limit; the message lists what to exclude."""
+
+
+class UnsafeBundleError(ValueError):
+    """A bundle entry would be written outside the extraction directory."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    blob: bytes
+    sha256: str
+    file_count: int
+    size_bytes: int  # length of `blob`, the bytes uploaded and stored
+
+
+@dataclass(frozen=True)
+class _IgnoreFile:
+    base: str  # directory holding the .gitignore, relative to the workspace ("" for the root)
+    spec: pathspec.GitIgnoreSpec
+
+
+@dataclass(frozen=True)
+class _WorkspaceFile:
+    arcname: str
+    path: Path
+    size: int
+    executable: bool
+
+
+def _read_ignore_file(directory: Path, base: str) -> _IgnoreFile | None:
+    ignore_path = directory / ".gitignore"
+    if not ignore_path.is_file():
+        return None
+    lines = ignore_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return _IgnoreFile(base, pathspec.GitIgnoreSpec.from_lines(lines))
+
+
+def _is_ignored(ignore_files: tuple[_IgnoreFile, ...], rel: str, is_dir: bool) -> bool:
+    """Apply .gitignore files from the root down; a deeper file overrides a shallower one."""
+    ignored = False
+    for ignore_file in ignore_files:
+        local = rel[len(ignore_file.base) + 1 :] if ignore_file.base else rel
+        result = ignore_file.spec.check_file(f"{local}/" if is_dir else local)
+        if result.include is not None:
+            ignored = result.include
+    return ignored
+
+
+def _is_always_excluded(name: str) -> bool:
+    return name in ALWAYS_EXCLUDED_NAMES or name.endswith(ALWAYS_EXCLUDED_SUFFIXES)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
+    root = workspace.resolve()
+    files: list[_WorkspaceFile] = []
+    # (directory as reached, its path relative to the workspace, .gitignores in force, real paths of
+    # the directories above it, used to stop symlink cycles)
+    pending: list[tuple[Path, str, tuple[_IgnoreFile, ...], frozenset[Path]]] = [
+        (workspace, "", (), frozenset({root}))
+    ]
+    while pending:
+        directory, rel_dir, ignore_files, ancestors = pending.pop()
+        own_ignore = _read_ignore_file(directory, rel_dir)
+        if own_ignore is not None:
+            ignore_files = (*ignore_files, own_ignore)
+        with os.scandir(directory) as entries:
+            children = sorted(entries, key=lambda entry: entry.name)
+        for entry in children:
+            if _is_always_excluded(entry.name):
+                continue
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            path = Path(entry.path)
+            if entry.is_symlink():
+                target = path.resolve()
+                if not _within(target, root):
+                    logger.warning("bundle: skipping %s, a symlink to %s outside the workspace", rel, target)
+                    continue
+                if not target.exists():
+                    logger.warning("bundle: skipping %s, a dangling symlink", rel)
+                    continue
+            try:
+                info = path.stat()
+            except OSError as exc:
+                raise OSError(
+                    f"cannot read workspace entry {rel}: {exc.strerror}; add it to .gitignore"
+                ) from exc
+            is_dir = stat.S_ISDIR(info.st_mode)
+            if not is_dir and not stat.S_ISREG(info.st_mode):
+                continue  # sockets, fifos and devices cannot be shipped
+            if _is_ignored(ignore_files, rel, is_dir):
+                continue
+            if is_dir:
+                real = path.resolve()
+                if real not in ancestors:
+                    pending.append((path, rel, ignore_files, ancestors | {real}))
+                continue
+            files.append(_WorkspaceFile(rel, path, info.st_size, bool(info.st_mode & 0o111)))
+    files.sort(key=lambda item: item.arcname)
+    return files
+
+
+def _format_size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def _largest_entries(files: list[_WorkspaceFile]) -> list[tuple[str, int]]:
+    """The biggest files and directories, leaving out directories that hold a single entry.
+
+    A directory with one non-empty child is as big as that child, so listing both says nothing new;
+    the deepest path that still names the bulk is the one worth putting in .gitignore.
+    """
+    dir_sizes: dict[str, int] = defaultdict(int)
+    dir_children: dict[str, set[str]] = defaultdict(set)
+    for item in files:
+        if item.size == 0:
+            continue
+        parts = PurePosixPath(item.arcname).parts
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            dir_sizes[directory] += item.size
+            dir_children[directory].add(parts[depth])
+    candidates = [(item.arcname, item.size) for item in files]
+    candidates += [(f"{name}/", size) for name, size in dir_sizes.items() if len(dir_children[name]) > 1]
+    candidates.sort(key=lambda pair: (-pair[1], pair[0]))
+    return candidates[:_LARGEST_ENTRIES_SHOWN]
+
+
+def _too_large_message(workspace: Path, files: list[_WorkspaceFile], total: int, max_bytes: int) -> str:
+    largest = _largest_entries(files)
+    width = max(len(name) for name, _ in largest)
+    lines = [
+        (
+            f"workspace {workspace} holds {_format_size(total)} in {len(files)} files, over the "
+            f"{_format_size(max_bytes)} bundle limit. Largest files and directories:"
+        )
+    ]
+    lines += [f"  {name:<{width}}  {_format_size(size)}" for name, size in largest]
+    lines.append(
+        f"Add what the job does not need to {workspace / '.gitignore'} (for example {largest[0][0]!r}), "
+        "or raise the bundle size limit."
+    )
+    return "\n".join(lines)
+
+
+def _zip_entry(arcname: str, size: int, executable: bool) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(arcname, date_time=_FIXED_DATE_TIME)
+    info.create_system = _ZIP_CREATE_SYSTEM_UNIX
+    # Only the executable bit survives: umask-dependent group/other bits would change the hash.
+    info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.file_size = size  # lets zipfile choose zip64 up front for very large files
+    return info
+
+
+def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> Bundle:
+    """Zip `workspace` (honouring .gitignore files) into a content-addressed bundle.
+
+    `max_bytes` bounds the total size of the files before compression, so an oversized workspace is
+    rejected before any of it is read.
+    """
+    workspace = Path(workspace)
+    if not workspace.exists():
+        raise FileNotFoundError(f"workspace {workspace} does not exist")
+    if not workspace.is_dir():
+        raise NotADirectoryError(f"workspace {workspace} is not a directory")
+    files = _collect_files(workspace)
+    total = sum(item.size for item in files)
+    if total > max_bytes:
+        raise BundleTooLargeError(_too_large_message(workspace, files, total, max_bytes))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for item in files:
+            try:
+                with (
+                    item.path.open("rb") as source,
+                    archive.open(_zip_entry(item.arcname, item.size, item.executable), "w") as sink,
+                ):
+                    shutil.copyfileobj(source, sink, _COPY_CHUNK_BYTES)
+            except PermissionError as exc:
+                raise PermissionError(
+                    f"cannot read workspace file {item.arcname}: permission denied; add it to .gitignore"
+                ) from exc
+    blob = buffer.getvalue()
+    return Bundle(
+        blob=blob, sha256=hashlib.sha256(blob).hexdigest(), file_count=len(files), size_bytes=len(blob)
+    )
+
+
+def _safe_target(root: Path, name: str) -> Path:
+    parts = PurePosixPath(name).parts
+    if not parts or name.startswith("/") or ".." in parts:
+        raise UnsafeBundleError(f"refusing to extract bundle entry {name!r}: it would land outside {root}")
+    target = root.joinpath(*parts)
+    # A symlink already in dest could redirect the write; the entry itself is replaced, not followed.
+    parent = target.parent.resolve()
+    if not _within(parent, root):
+        raise UnsafeBundleError(
+            f"refusing to extract bundle entry {name!r}: its directory resolves to {parent}, outside {root}"
+        )
+    return target
+
+
+def extract_bundle(blob_or_zip_path: bytes | str | os.PathLike[str], dest: Path) -> int:
+    """Unpack a bundle into `dest`, restoring executable bits; returns the number of files written.
+
+    Every entry is checked before anything is written, so a malicious bundle leaves `dest` untouched.
+    """
+    source = (
+        io.BytesIO(blob_or_zip_path)
+        if isinstance(blob_or_zip_path, (bytes, bytearray, memoryview))
+        else Path(blob_or_zip_path)
+    )
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    written = 0
+    with zipfile.ZipFile(source) as archive:
+        plan = [(info, _safe_target(root, info.filename)) for info in archive.infolist()]
+        for info, target in plan:
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Replace rather than overwrite in place, so an existing symlink or hard link is never
+            # written through.
+            target.unlink(missing_ok=True)
+            with archive.open(info) as entry, target.open("wb") as sink:
+                shutil.copyfileobj(entry, sink, _COPY_CHUNK_BYTES)
+            executable = (info.external_attr >> 16) & 0o111
+            target.chmod(0o755 if executable else 0o644)
+            written += 1
+    return written

@@ -1,0 +1,170 @@
+"""The worker's local bundle cache: each bundle is downloaded once, verified, and evicted LRU."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from iris import chaos, storage
+from iris.client.bundle import extract_bundle, validate_digest
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024**3
+_HASH_CHUNK_BYTES = 1024 * 1024
+_PARTIAL_SUFFIX = ".partial"
+
+
+class BundleCorruptError(RuntimeError):
+    """The stored bundle does not hash to the digest it is filed under."""
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class BundleCache:
+    """Bundles cached as `<cache_dir>/<sha256>.zip`, bounded by `max_bytes`.
+
+    Eviction removes the least recently used bundles (by file access time, which the cache sets
+    itself so that it survives worker restarts) once the total passes `max_bytes`, but never one
+    that a `checkout` or `extract_to` is using.
+    """
+
+    def __init__(self, cache_dir: Path, max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.max_bytes = max_bytes
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in self.cache_dir.glob(f"*{_PARTIAL_SUFFIX}"):
+            leftover.unlink(missing_ok=True)  # a download interrupted by a crash
+        self._lock = threading.Lock()
+        self._download_locks: dict[str, threading.Lock] = {}
+        self._pins: Counter[str] = Counter()
+
+    def path_for(self, sha256: str) -> Path:
+        validate_digest(sha256)
+        return self.cache_dir / f"{sha256}.zip"
+
+    def fetch(self, uri: str, sha256: str) -> Path:
+        """Return the local path of the verified bundle, downloading it if it is not cached.
+
+        The file may be evicted once later fetches push the cache past its limit; use `checkout`
+        or `extract_to` to hold it while reading.
+        """
+        with self._pinned(sha256):
+            path = self._fetch_pinned(uri, sha256)
+        # Kept even when it alone exceeds the limit: the caller is about to read it.
+        self._evict(keep=sha256)
+        return path
+
+    @contextmanager
+    def checkout(self, uri: str, sha256: str) -> Iterator[Path]:
+        """Yield the local path of the verified bundle, protected from eviction until exit."""
+        with self._pinned(sha256):
+            yield self._fetch_pinned(uri, sha256)
+        self._evict(keep=None)
+
+    def extract_to(self, uri: str, sha256: str, dest: Path) -> int:
+        """Unpack the bundle into `dest` (fetching it if needed); returns the number of files."""
+        with self.checkout(uri, sha256) as path:
+            return extract_bundle(path, dest)
+
+    def total_bytes(self) -> int:
+        return sum(size for _, _, size, _ in self._entries())
+
+    @contextmanager
+    def _pinned(self, sha256: str) -> Iterator[None]:
+        validate_digest(sha256)
+        with self._lock:
+            self._pins[sha256] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pins[sha256] -= 1
+                if self._pins[sha256] == 0:
+                    del self._pins[sha256]
+
+    def _download_lock(self, sha256: str) -> threading.Lock:
+        with self._lock:
+            return self._download_locks.setdefault(sha256, threading.Lock())
+
+    def _fetch_pinned(self, uri: str, sha256: str) -> Path:
+        path = self.path_for(sha256)
+        with self._download_lock(sha256):
+            # Re-hashing on every hit costs well under a second for the largest bundles and catches
+            # a cached file damaged on disk, which no cheaper check (size, mtime) would notice.
+            if path.exists() and _file_sha256(path) == sha256:
+                self._touch(path)
+                return path
+            if path.exists():
+                logger.warning("cached bundle %s does not match its digest; downloading it again", path)
+                path.unlink(missing_ok=True)
+            self._download(uri, sha256, path)
+        return path
+
+    def _download(self, uri: str, sha256: str, path: Path) -> None:
+        chaos.maybe_fail("worker.bundle_download")
+        started = time.monotonic()
+        data = storage.read_bytes(uri, what="bundle")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != sha256:
+            raise BundleCorruptError(
+                f"bundle {uri} hashes to {actual}, not {sha256}: the stored object is corrupt or was "
+                "replaced; resubmit the job so the client uploads the bundle again"
+            )
+        fd, partial = tempfile.mkstemp(dir=self.cache_dir, prefix=f".{sha256}.", suffix=_PARTIAL_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(partial, path)
+        except BaseException:
+            Path(partial).unlink(missing_ok=True)
+            raise
+        self._touch(path)
+        logger.info("downloaded bundle %s (%d bytes) in %.2fs", uri, len(data), time.monotonic() - started)
+
+    @staticmethod
+    def _touch(path: Path) -> None:
+        # Set explicitly because relatime/noatime mounts do not record reads reliably; the mtime
+        # keeps recording when the bundle was downloaded.
+        info = path.stat()
+        os.utime(path, ns=(time.time_ns(), info.st_mtime_ns))
+
+    def _entries(self) -> list[tuple[int, Path, int, str]]:
+        """(access time, path, size, digest) of every cached bundle."""
+        entries = []
+        for path in self.cache_dir.glob("*.zip"):
+            try:
+                validate_digest(path.stem)
+                info = path.stat()
+            except (ValueError, FileNotFoundError):
+                continue  # not a bundle this cache wrote, or evicted meanwhile
+            entries.append((info.st_atime_ns, path, info.st_size, path.stem))
+        return entries
+
+    def _evict(self, keep: str | None) -> None:
+        with self._lock:
+            entries = sorted(self._entries())
+            total = sum(size for _, _, size, _ in entries)
+            for _, path, size, sha256 in entries:
+                if total <= self.max_bytes:
+                    break
+                if sha256 == keep or self._pins[sha256] > 0:
+                    continue
+                path.unlink(missing_ok=True)
+                self._download_locks.pop(sha256, None)
+                total -= size
+                logger.info("evicted bundle %s (%d bytes) from the cache", sha256, size)
