@@ -75,6 +75,11 @@ class JobName:
             raise ValueError("a job name cannot be empty")
         parts = tuple(stripped.split("/"))
         for part in parts:
+            if part.isdigit():
+                raise ValueError(
+                    f"invalid job name {text!r}: a name part cannot be only digits ({part!r}); "
+                    "those are task ids, e.g. /train/0"
+                )
             if not _NAME_PART.match(part):
                 raise ValueError(
                     f"invalid job name {text!r}: each part must start with a letter or digit and contain only "

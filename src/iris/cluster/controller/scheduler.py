@@ -80,7 +80,7 @@ def _shortfall(need: Resources, have: Resources) -> list[str]:
 
 def _unplaceable_reason(need: Resources, workers: list[WorkerCapacity]) -> str:
     if not workers:
-        return "no workers are registered; start workers or wait for the autoscaler"
+        return "no healthy workers are registered; start workers or wait for the autoscaler"
     if not any(need.fits_in(w.total) for w in workers):
         largest = max(workers, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
         lacking = ", ".join(_shortfall(need, largest.total))

@@ -9,6 +9,7 @@ controller which workers need a heartbeat and whether the scheduler should run.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from iris.cluster.controller.scheduler import Resources, TaskDemand, WorkerCapacity
 from iris.cluster.controller.transitions import (
+    JOB_TRANSITIONS,
+    InvalidTransitionError,
     check_transition,
     decide_attempt_outcome,
     derive_job_state,
@@ -133,6 +136,8 @@ MIGRATIONS: list[str] = [
     CREATE INDEX task_logs_task ON task_logs(task_id, id);
     """,
 ]
+
+logger = logging.getLogger(__name__)
 
 ACTIVE_ATTEMPT_STATES = (pb.TASK_STATE_ASSIGNED, pb.TASK_STATE_BUILDING, pb.TASK_STATE_RUNNING)
 _ACTIVE_SQL = ",".join(str(s) for s in ACTIVE_ATTEMPT_STATES)
@@ -382,15 +387,23 @@ class ControllerStore:
         outcome = derive_job_state(job["state"], [t["state"] for t in tasks], request.max_task_failures, detail)
         if outcome.state == job["state"]:
             return
-        self._transition("job", job_id, job["state"], outcome.state, outcome.reason or "task states changed", now_ms)
+        reason = outcome.reason or JOB_TRANSITIONS[job["state"]][outcome.state]
+        self._transition("job", job_id, job["state"], outcome.state, reason, now_ms)
         started = job["started_at_ms"]
         if started is None and outcome.state in (pb.JOB_STATE_BUILDING, pb.JOB_STATE_RUNNING):
             started = now_ms
         if outcome.state in TERMINAL_JOB_STATES:
-            exit_code = failed["exit_code"] if failed else 0
+            if started is None:
+                # Tasks can finish between two heartbeats without ever being seen running.
+                started = self._conn.execute(
+                    "SELECT MIN(started_at_ms) FROM tasks WHERE job_id=?", (job_id,)
+                ).fetchone()[0]
+            succeeded = outcome.state == pb.JOB_STATE_SUCCEEDED
+            error = "" if succeeded else detail
+            exit_code = failed["exit_code"] if failed and not succeeded else 0
             self._conn.execute(
                 "UPDATE jobs SET state=?, started_at_ms=?, finished_at_ms=?, error=?, exit_code=? WHERE job_id=?",
-                (outcome.state, started, now_ms, detail, exit_code, job_id),
+                (outcome.state, started, now_ms, error, exit_code, job_id),
             )
             if outcome.state != pb.JOB_STATE_SUCCEEDED:
                 self._kill_tasks(job_id, f"job ended: {detail}", now_ms, effects)
@@ -604,18 +617,26 @@ class ControllerStore:
             expected_keys = {(e.task_id, e.attempt_id) for e in plan.expected}
             for key in expected_keys:
                 status = reported.get(key)
-                if status is None:
-                    self._lose_attempt(key, plan.worker_id, now_ms, touched_jobs)
-                else:
-                    self._absorb_status(status, now_ms, touched_jobs)
+                db.execute("SAVEPOINT report")
+                try:
+                    if status is None:
+                        self._lose_attempt(key, plan.worker_id, now_ms, touched_jobs)
+                    else:
+                        self._absorb_status(status, now_ms, touched_jobs)
+                except InvalidTransitionError:
+                    # One inconsistent report must not stall the worker's other attempts.
+                    logger.exception("ignoring report of %s#%s from %s", *key, plan.worker_id)
+                    db.execute("ROLLBACK TO report")
+                db.execute("RELEASE report")
             for key, status in reported.items():
-                if key in expected_keys or status.state not in ACTIVE_ATTEMPT_STATES:
+                if status.state not in ACTIVE_ATTEMPT_STATES:
                     continue
                 row = db.execute(
                     "SELECT state, worker_id FROM attempts WHERE task_id=? AND attempt_id=?", key
                 ).fetchone()
-                still_wanted = row is not None and row["worker_id"] == plan.worker_id and row["state"] in ACTIVE_ATTEMPT_STATES
-                if not still_wanted:
+                # Also covers attempts killed in the store whose kill was lost with a controller restart.
+                wanted = row is not None and row["worker_id"] == plan.worker_id and row["state"] in ACTIVE_ATTEMPT_STATES
+                if not wanted:
                     unknown.append(key)
             for job_id in touched_jobs:
                 self._refresh_job(job_id, now_ms, effects)
