@@ -13,13 +13,19 @@ from iris.cli.connect import connection_options, resolve_controller_url
 from iris.cli.render import console, jobs_table, print_json, styled_state, tasks_table
 from iris.client.client import IrisClient, Job
 from iris.cluster.types import (
+    Constraint,
     Entrypoint,
     EnvironmentSpec,
     ResourceSpec,
     job_state_name,
+    parse_gpu_spec,
     parse_job_state,
+    parse_priority,
+    tpu_device,
+    tpu_topology,
 )
 from iris.rpc import cluster_pb2 as pb
+from iris.time import Duration
 
 
 def _exit_code_for(status: pb.JobStatus) -> int:
@@ -72,7 +78,20 @@ _common_submit_options = [
     click.option("--cpu", type=float, default=1, show_default=True, help="Cpus per task."),
     click.option("--memory", default="1GB", show_default=True, help="Memory per task, e.g. 4GB."),
     click.option("--disk", default="0", help="Disk per task, e.g. 10GB."),
+    click.option("--tpu", help="TPU slice variant, e.g. v5litepod-16 (multi-host variants run one task per host)."),
+    click.option("--gpu", help="GPUs per task, e.g. H100x8."),
+    click.option("--replicas", type=int, default=1, show_default=True, help="Number of tasks."),
     click.option("--max-retries", type=int, default=0, show_default=True, help="Retries after a task fails."),
+    click.option("--timeout", help="Kill a task that runs longer than this, e.g. 30m."),
+    click.option("--scheduling-timeout", help="Give up (UNSCHEDULABLE) if not placed within this, e.g. 10m."),
+    click.option(
+        "--constraint",
+        "constraints",
+        multiple=True,
+        help="Worker attribute requirement: KEY=V, KEY!=V, KEY>V, KEY>=V, KEY<V, KEY<=V, KEY, !KEY, 'KEY in A,B'.",
+    ),
+    click.option("--priority", default="0", help="production, interactive, batch, or a number (higher first)."),
+    click.option("--port", "ports", multiple=True, help="Named port to allocate (IRIS_PORT_<NAME>); repeatable."),
     click.option("--workspace", type=click.Path(file_okay=False, exists=True), help="Directory to bundle (default: cwd)."),
     click.option("--no-wait", is_flag=True, help="Submit and print the job id without waiting."),
 ]
@@ -84,28 +103,44 @@ def submit_options(func):
     return func
 
 
-def _submit(
-    client: IrisClient,
-    entrypoint: Entrypoint,
-    name: str | None,
-    env_pairs: tuple[tuple[str, str], ...],
-    cpu: float,
-    memory: str,
-    disk: str,
-    max_retries: int,
-    workspace: str | None,
-) -> Job:
+def _duration(text: str | None, option: str) -> Duration | None:
+    if text is None:
+        return None
     try:
-        resources = ResourceSpec(cpu=cpu, memory=memory, disk=disk)
+        return Duration.parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def _submit(client: IrisClient, entrypoint: Entrypoint, default_name: str | None, options: dict) -> Job:
+    if options["tpu"] and options["gpu"]:
+        raise click.UsageError("a job asks for --tpu or --gpu, not both")
+    try:
+        device = None
+        if options["tpu"]:
+            tpu_topology(options["tpu"])
+            device = tpu_device(options["tpu"])
+        elif options["gpu"]:
+            device = parse_gpu_spec(options["gpu"])
+        resources = ResourceSpec(cpu=options["cpu"], memory=options["memory"], disk=options["disk"], device=device)
         resources.to_proto()
+        constraints = [Constraint.parse(text) for text in options["constraints"]]
+        priority = parse_priority(options["priority"])
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    workspace = options["workspace"]
     return client.submit(
         entrypoint,
-        name=name,
+        name=options["name"] or default_name,
         resources=resources,
-        environment=EnvironmentSpec(env_vars=dict(env_pairs)),
-        max_retries_failure=max_retries,
+        environment=EnvironmentSpec(env_vars=dict(options["env_pairs"])),
+        replicas=options["replicas"],
+        max_retries_failure=options["max_retries"],
+        timeout=_duration(options["timeout"], "--timeout"),
+        scheduling_timeout=_duration(options["scheduling_timeout"], "--scheduling-timeout"),
+        constraints=constraints,
+        priority=priority,
+        ports=options["ports"],
         workspace=Path(workspace) if workspace else Path.cwd(),
     )
 
@@ -113,23 +148,23 @@ def _submit(
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @submit_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(config_path, controller_url, local, name, env_pairs, cpu, memory, disk, max_retries, workspace, no_wait, command):
+def run(command: tuple[str, ...], **options) -> None:
     """Run COMMAND as a job, stream its output, and exit with its exit status.
 
     \b
     Examples:
       iris run --local -- python -c "print('hello from iris')"
       iris run --config examples/local.yaml --cpu 2 -- python train.py --epochs 3
-      iris run --controller-url http://localhost:10000 --no-wait -- ./long_job.sh
+      iris run --controller-url http://localhost:10000 --tpu v5litepod-16 -- python train.py
+      iris run --config cluster.yaml --constraint zone=us-central2-b --priority production -- ./serve.sh
     """
-    if no_wait and local:
+    local = options["local"]
+    if options["no_wait"] and local:
         raise click.UsageError("--no-wait with --local would stop the cluster before the job runs")
     with ExitStack() as stack:
-        client = _open_client(stack, local, config_path, controller_url)
-        job = _submit(
-            client, Entrypoint.from_command(*command), name, env_pairs, cpu, memory, disk, max_retries, workspace
-        )
-        if no_wait:
+        client = _open_client(stack, local, options["config_path"], options["controller_url"])
+        job = _submit(client, Entrypoint.from_command(*command), None, options)
+        if options["no_wait"]:
             click.echo(job.job_id)
             return
         code = _follow(job, local)
@@ -140,7 +175,7 @@ def run(config_path, controller_url, local, name, env_pairs, cpu, memory, disk, 
 @submit_options
 @click.argument("script", type=click.Path(dir_okay=False, exists=True))
 @click.argument("args", nargs=-1)
-def submit(config_path, controller_url, local, name, env_pairs, cpu, memory, disk, max_retries, workspace, no_wait, script, args):
+def submit(script: str, args: tuple[str, ...], **options) -> None:
     """Run SCRIPT's main(*ARGS) as a job and print what it returns.
 
     SCRIPT is a Python file defining main(); its directory is bundled unless --workspace says
@@ -150,22 +185,14 @@ def submit(config_path, controller_url, local, name, env_pairs, cpu, memory, dis
     main_fn = namespace.get("main")
     if not callable(main_fn):
         raise click.ClickException(f"{script} does not define a main() function")
-    if no_wait and local:
+    local = options["local"]
+    if options["no_wait"] and local:
         raise click.UsageError("--no-wait with --local would stop the cluster before the job runs")
+    options["workspace"] = options["workspace"] or str(Path(script).resolve().parent)
     with ExitStack() as stack:
-        client = _open_client(stack, local, config_path, controller_url)
-        job = _submit(
-            client,
-            Entrypoint.from_callable(main_fn, *args),
-            name or Path(script).stem.replace("_", "-"),
-            env_pairs,
-            cpu,
-            memory,
-            disk,
-            max_retries,
-            workspace or str(Path(script).resolve().parent),
-        )
-        if no_wait:
+        client = _open_client(stack, local, options["config_path"], options["controller_url"])
+        job = _submit(client, Entrypoint.from_callable(main_fn, *args), Path(script).stem.replace("_", "-"), options)
+        if options["no_wait"]:
             click.echo(job.job_id)
             return
         code = _follow(job, local)

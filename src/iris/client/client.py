@@ -23,11 +23,14 @@ from connectrpc.errors import ConnectError
 from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, build_bundle
 from iris.cluster.types import (
     TERMINAL_JOB_STATES,
+    Constraint,
+    CoschedulingConfig,
     Entrypoint,
     EnvironmentSpec,
     ResourceSpec,
     job_state_name,
     normalize_job_id,
+    parse_priority,
 )
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
@@ -97,6 +100,11 @@ class IrisContext:
     @property
     def client(self) -> IrisClient:
         return IrisClient.remote(self.controller_address)
+
+    def register_endpoint(self, name: str, address: str, metadata: dict[str, str] | None = None) -> str:
+        """Publish a service of this task under its job, e.g. `ctx.register_endpoint("http", addr)`."""
+        with self.client as client:
+            return client.register_endpoint(self.job_id, name, address, metadata)
 
 
 def iris_ctx() -> IrisContext:
@@ -178,9 +186,19 @@ class IrisClient:
         max_retries_preemption: int | None = None,
         timeout: float | Duration | None = None,
         ports: Sequence[str] = (),
-        priority: int = 0,
+        priority: int | str = 0,
         workspace: Path | None = None,
+        constraints: Sequence[Constraint] = (),
+        coscheduling: CoschedulingConfig | None = None,
+        scheduling_timeout: float | Duration | None = None,
+        max_task_failures: int = 0,
     ) -> Job:
+        """Submit a job; see `Job` for following it.
+
+        `timeout` bounds each task's run time and `scheduling_timeout` how long it may wait to be
+        placed (the job becomes UNSCHEDULABLE). A TPU device of a multi-host variant sets replicas
+        and coscheduling by itself. Inside a task, the job becomes a child of the running job.
+        """
         request = pb.LaunchJobRequest(
             name=name or "",
             entrypoint=entrypoint.proto,
@@ -188,14 +206,19 @@ class IrisClient:
             environment=(environment or EnvironmentSpec()).to_proto(),
             replicas=replicas,
             max_retries_failure=max_retries_failure,
+            max_task_failures=max_task_failures,
             ports=list(ports),
-            priority=priority,
+            priority=parse_priority(priority),
+            constraints=[c.to_proto() for c in constraints],
         )
+        if coscheduling is not None:
+            request.coscheduling.CopyFrom(coscheduling.to_proto())
         if max_retries_preemption is not None:
             request.max_retries_preemption = max_retries_preemption
-        if timeout is not None:
-            duration = timeout if isinstance(timeout, Duration) else Duration.from_seconds(timeout)
-            request.timeout.CopyFrom(time_pb2.Duration(milliseconds=duration.milliseconds))
+        for field_name, value in (("timeout", timeout), ("scheduling_timeout", scheduling_timeout)):
+            if value is not None:
+                duration = value if isinstance(value, Duration) else Duration.from_seconds(value)
+                getattr(request, field_name).CopyFrom(time_pb2.Duration(milliseconds=duration.milliseconds))
         parent_job_id = os.environ.get("IRIS_JOB_ID", "")
         if parent_job_id:
             request.parent_job_id = parent_job_id
@@ -227,6 +250,14 @@ class IrisClient:
 
     def list_workers(self) -> list[pb.WorkerInfo]:
         return list(self.call("list_workers", pb.ListWorkersRequest()).workers)
+
+    def register_endpoint(self, job_id: str, name: str, address: str, metadata: dict[str, str] | None = None) -> str:
+        """Publish `address` as `<job_id>/<name>`; it disappears when the job finishes."""
+        request = pb.RegisterEndpointRequest(name=name, address=address, job_id=job_id, metadata=metadata or {})
+        return self.call("register_endpoint", request).endpoint_id
+
+    def list_endpoints(self, prefix: str) -> list[pb.Endpoint]:
+        return list(self.call("list_endpoints", pb.ListEndpointsRequest(prefix=prefix)).endpoints)
 
 
 class Job:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import cloudpickle
 
@@ -117,6 +118,200 @@ def job_id_of_task(task_id: str) -> str:
     return job_id
 
 
+# ---------------------------------------------------------------- attributes and constraints
+
+AttributeValue = Union[str, int, float]
+
+
+def attribute_from_proto(value: cluster_pb2.AttributeValue) -> AttributeValue:
+    kind = value.WhichOneof("value")
+    return "" if kind is None else getattr(value, kind)
+
+
+def attribute_to_proto(value: AttributeValue) -> cluster_pb2.AttributeValue:
+    if isinstance(value, bool):
+        return cluster_pb2.AttributeValue(string_value=str(value).lower())
+    if isinstance(value, int):
+        return cluster_pb2.AttributeValue(int_value=value)
+    if isinstance(value, float):
+        return cluster_pb2.AttributeValue(float_value=value)
+    return cluster_pb2.AttributeValue(string_value=str(value))
+
+
+def parse_attribute(text: str) -> AttributeValue:
+    """Numbers become numbers so that GT/LT compare them numerically."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+class ConstraintOp(enum.IntEnum):
+    EQ = cluster_pb2.CONSTRAINT_OP_EQ
+    NE = cluster_pb2.CONSTRAINT_OP_NE
+    EXISTS = cluster_pb2.CONSTRAINT_OP_EXISTS
+    NOT_EXISTS = cluster_pb2.CONSTRAINT_OP_NOT_EXISTS
+    GT = cluster_pb2.CONSTRAINT_OP_GT
+    GE = cluster_pb2.CONSTRAINT_OP_GE
+    LT = cluster_pb2.CONSTRAINT_OP_LT
+    LE = cluster_pb2.CONSTRAINT_OP_LE
+    IN = cluster_pb2.CONSTRAINT_OP_IN
+
+
+_OP_SYMBOLS = {
+    ConstraintOp.EQ: "=",
+    ConstraintOp.NE: "!=",
+    ConstraintOp.GT: ">",
+    ConstraintOp.GE: ">=",
+    ConstraintOp.LT: "<",
+    ConstraintOp.LE: "<=",
+}
+# Longest symbols first so ">=" is not read as ">" followed by "=".
+_CONSTRAINT_TEXT = re.compile(r"^\s*([A-Za-z0-9_.\-/]+)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A requirement on a worker attribute; a task's constraints must all hold (AND)."""
+
+    key: str
+    op: ConstraintOp = ConstraintOp.EQ
+    value: AttributeValue = ""
+    values: tuple[AttributeValue, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            raise ValueError("a constraint needs an attribute key")
+        if self.op == ConstraintOp.IN and not self.values:
+            raise ValueError(f"constraint on {self.key!r}: IN needs at least one value")
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        """CLI form: "zone=us-central1-a", "cpu-gen>=3", "preemptible!=true", "tpu-name" (exists),
+        "!spot" (does not exist), "zone in a,b"."""
+        stripped = text.strip()
+        if " in " in stripped:
+            key, _, rest = stripped.partition(" in ")
+            values = tuple(parse_attribute(v.strip()) for v in rest.split(",") if v.strip())
+            return cls(key.strip(), ConstraintOp.IN, values=values)
+        if stripped.startswith("!") and re.fullmatch(r"![A-Za-z0-9_.\-/]+", stripped):
+            return cls(stripped[1:], ConstraintOp.NOT_EXISTS)
+        if re.fullmatch(r"[A-Za-z0-9_.\-/]+", stripped):
+            return cls(stripped, ConstraintOp.EXISTS)
+        match = _CONSTRAINT_TEXT.match(stripped)
+        if not match:
+            raise ValueError(
+                f"invalid constraint {text!r}: expected KEY=VALUE, KEY!=VALUE, KEY>VALUE, KEY>=VALUE, KEY<VALUE, "
+                "KEY<=VALUE, KEY (exists), !KEY (does not exist) or 'KEY in A,B'"
+            )
+        key, symbol, value = match.groups()
+        op = next(op for op, sym in _OP_SYMBOLS.items() if sym == symbol)
+        return cls(key, op, parse_attribute(value))
+
+    def describe(self) -> str:
+        if self.op == ConstraintOp.EXISTS:
+            return f"{self.key} exists"
+        if self.op == ConstraintOp.NOT_EXISTS:
+            return f"{self.key} does not exist"
+        if self.op == ConstraintOp.IN:
+            return f"{self.key} in {{{', '.join(str(v) for v in self.values)}}}"
+        return f"{self.key}{_OP_SYMBOLS[self.op]}{self.value}"
+
+    def to_proto(self) -> cluster_pb2.Constraint:
+        proto = cluster_pb2.Constraint(key=self.key, op=int(self.op))
+        if self.op in _OP_SYMBOLS:
+            proto.value.CopyFrom(attribute_to_proto(self.value))
+        proto.values.extend(attribute_to_proto(v) for v in self.values)
+        return proto
+
+    @classmethod
+    def from_proto(cls, proto: cluster_pb2.Constraint) -> Constraint:
+        try:
+            op = ConstraintOp(proto.op)
+        except ValueError:
+            raise ValueError(f"constraint on {proto.key!r} has no valid operator") from None
+        return cls(
+            proto.key,
+            op,
+            attribute_from_proto(proto.value),
+            tuple(attribute_from_proto(v) for v in proto.values),
+        )
+
+
+@dataclass(frozen=True)
+class CoschedulingConfig:
+    """Place every task of the job at once on workers sharing one value of `group_by`."""
+
+    group_by: str = "tpu-name"
+
+    def to_proto(self) -> cluster_pb2.CoschedulingConfig:
+        return cluster_pb2.CoschedulingConfig(group_by=self.group_by)
+
+
+# ---------------------------------------------------------------- priorities
+
+
+class Priority(enum.IntEnum):
+    """Named bands; any integer works too. Higher runs first; FIFO within a value."""
+
+    BATCH = 0
+    INTERACTIVE = 100
+    PRODUCTION = 200
+
+
+def parse_priority(text: str | int) -> int:
+    if isinstance(text, int):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return int(Priority[text.strip().upper()])
+    except KeyError:
+        names = ", ".join(p.name.lower() for p in Priority)
+        raise ValueError(f"unknown priority {text!r}: use a number or one of {names}") from None
+
+
+# ---------------------------------------------------------------- TPU topologies
+
+
+@dataclass(frozen=True)
+class TpuTopology:
+    variant: str
+    chips: int
+    chips_per_host: int
+
+    @property
+    def hosts(self) -> int:
+        return max(1, self.chips // self.chips_per_host)
+
+
+# Generations whose variant suffix counts TensorCores (two per chip) rather than chips.
+_CORE_COUNTED = {"v2", "v3", "v4", "v5p"}
+# Generations whose single-host slices go up to 8 chips; larger slices have 4 chips per host.
+_EIGHT_CHIP_HOSTS = {"v5litepod", "v5e", "v6e"}
+
+
+def tpu_topology(variant: str) -> TpuTopology:
+    """Chips and hosts of a TPU slice variant such as "v5litepod-16" (4 hosts of 4 chips)."""
+    match = re.fullmatch(r"(v\d+[a-z]*(?:pod)?)-(\d+)", variant.strip().lower())
+    if not match:
+        raise ValueError(f"unknown TPU variant {variant!r}: expected a form like v4-8, v5litepod-16, v5p-32 or v6e-8")
+    generation, size = match.group(1), int(match.group(2))
+    known = _CORE_COUNTED | _EIGHT_CHIP_HOSTS
+    if generation not in known:
+        raise ValueError(f"unknown TPU generation {generation!r} in {variant!r}; known: {', '.join(sorted(known))}")
+    chips = size // 2 if generation in _CORE_COUNTED else size
+    if chips < 1:
+        raise ValueError(f"TPU variant {variant!r} has no whole chip")
+    if generation in _EIGHT_CHIP_HOSTS and chips <= 8:
+        return TpuTopology(variant, chips, chips)
+    return TpuTopology(variant, chips, min(4, chips))
+
+
 # ---------------------------------------------------------------- resources
 
 
@@ -126,6 +321,18 @@ def tpu_device(variant: str, count: int | None = None) -> cluster_pb2.DeviceConf
 
 def gpu_device(variant: str, count: int = 1) -> cluster_pb2.DeviceConfig:
     return cluster_pb2.DeviceConfig(gpu=cluster_pb2.GpuDevice(variant=variant, count=count))
+
+
+def parse_gpu_spec(text: str) -> cluster_pb2.DeviceConfig:
+    """"H100x8" -> 8 H100s; "H100" -> one; "8" -> eight of any kind."""
+    match = re.fullmatch(r"(?:([A-Za-z][A-Za-z0-9_-]*?)(?:[xX](\d+))?|(\d+))", text.strip())
+    if not match:
+        raise ValueError(f"invalid GPU spec {text!r}: expected VARIANTxCOUNT such as H100x8, a variant, or a count")
+    variant, count_text, only_count = match.groups()
+    count = int(count_text or only_count or 1)
+    if count < 1:
+        raise ValueError(f"invalid GPU spec {text!r}: the count must be at least 1")
+    return gpu_device(variant or "", count)
 
 
 @dataclass

@@ -111,9 +111,13 @@ class Controller:
         job_id = self._job_id_for(request)
         if request.bundle_blob:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
-        elif request.parent_job_id and not request.bundle_uri:
+        if request.parent_job_id:
+            # A child runs from its parent's code and on the same kind of workers unless it says otherwise.
             parent = self.store.request_for(request.parent_job_id)
-            request.bundle_uri, request.bundle_sha256 = parent.bundle_uri, parent.bundle_sha256
+            if not request.bundle_uri:
+                request.bundle_uri, request.bundle_sha256 = parent.bundle_uri, parent.bundle_sha256
+            if not request.constraints:
+                request.constraints.extend(parent.constraints)
         self.apply_effects(self.store.create_job(job_id, request, now_ms()))
         return job_id
 
@@ -151,6 +155,7 @@ class Controller:
                 logger.exception("scheduling pass failed")
 
     def run_scheduling_pass(self) -> None:
+        self.apply_effects(self.store.expire_unschedulable(now_ms()))
         demands, workers = self.store.scheduling_inputs()
         if not demands:
             return

@@ -1,12 +1,20 @@
 """Task placement as a pure function: pending tasks and worker capacities in, assignments and
 human-readable pending reasons out. No I/O, no clock, no store: the controller gathers inputs
 from its store, calls `find_assignments`, and applies the result in one transaction.
+
+A task fits a worker when the worker's free cpu, memory and disk cover it, its device (GPU or TPU
+variant and count) matches, and every one of the task's constraints holds on the worker's
+attributes. Tasks of a coscheduled job (a gang) are placed all or nothing, one per worker, on
+workers that share one value of the gang's `group_by` attribute.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from iris.cluster.types import AttributeValue, Constraint, ConstraintOp
 from iris.config import format_size
 
 
@@ -45,12 +53,43 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Device:
+    """An accelerator: kind "gpu" or "tpu", a variant ("H100", "v5litepod-16") and a count.
+
+    A TPU request with count 0 asks for every chip of the host.
+    """
+
+    kind: str
+    variant: str
+    count: int
+
+    def describe(self) -> str:
+        if self.kind == "tpu":
+            return f"tpu {self.variant}" + (f" ({self.count} chips)" if self.count else "")
+        return f"{self.count}x gpu {self.variant or '(any)'}"
+
+    def matches(self, offered: Device | None) -> bool:
+        if offered is None or offered.kind != self.kind:
+            return False
+        if self.kind == "tpu":
+            return offered.variant == self.variant
+        return not self.variant or offered.variant.lower() == self.variant.lower()
+
+
+@dataclass(frozen=True)
 class TaskDemand:
     """One pending task, in the order the scheduler should consider it."""
 
     task_id: str
     job_id: str
     resources: Resources
+    device: Device | None = None
+    constraints: tuple[Constraint, ...] = ()
+    # Attribute every task of the job must share; tasks of one job with a gang key form a gang.
+    gang_group_by: str = ""
+
+    def shape(self) -> tuple:
+        return (self.resources, self.device, self.constraints)
 
 
 @dataclass
@@ -58,13 +97,136 @@ class WorkerCapacity:
     worker_id: str
     total: Resources
     available: Resources
-    attributes: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    device: Device | None = None
+    device_free: int = 0
 
 
 @dataclass
 class SchedulingResult:
     assignments: list[tuple[str, str]]  # (task_id, worker_id)
     pending_reasons: dict[str, str]
+
+
+# ---------------------------------------------------------------- matching
+
+
+def constraint_holds(constraint: Constraint, attributes: dict[str, AttributeValue]) -> bool:
+    op = constraint.op
+    present = constraint.key in attributes
+    if op == ConstraintOp.EXISTS:
+        return present
+    if op == ConstraintOp.NOT_EXISTS:
+        return not present
+    if not present:
+        # NE holds for a worker that lacks the attribute: it certainly is not equal.
+        return op == ConstraintOp.NE
+    actual = attributes[constraint.key]
+    if op == ConstraintOp.EQ:
+        return _equal(actual, constraint.value)
+    if op == ConstraintOp.NE:
+        return not _equal(actual, constraint.value)
+    if op == ConstraintOp.IN:
+        return any(_equal(actual, v) for v in constraint.values)
+    ordered = _compare(actual, constraint.value)
+    if ordered is None:
+        return False
+    return {
+        ConstraintOp.GT: ordered > 0,
+        ConstraintOp.GE: ordered >= 0,
+        ConstraintOp.LT: ordered < 0,
+        ConstraintOp.LE: ordered <= 0,
+    }[op]
+
+
+def _equal(actual: AttributeValue, expected: AttributeValue) -> bool:
+    if isinstance(actual, int | float) and isinstance(expected, int | float):
+        return actual == expected
+    return str(actual) == str(expected)
+
+
+def _compare(actual: AttributeValue, expected: AttributeValue) -> int | None:
+    """-1, 0 or 1; None when the two cannot be ordered (a number against text)."""
+    if isinstance(actual, int | float) and isinstance(expected, int | float):
+        return (actual > expected) - (actual < expected)
+    if isinstance(actual, str) and isinstance(expected, str):
+        return (actual > expected) - (actual < expected)
+    return None
+
+
+def _static_fit(task: TaskDemand, worker: WorkerCapacity) -> bool:
+    """Whether the worker could ever run the task, ignoring what is in use now."""
+    if not task.resources.fits_in(worker.total):
+        return False
+    if task.device is not None:
+        if not task.device.matches(worker.device):
+            return False
+        assert worker.device is not None
+        if task.device.count > worker.device.count:
+            return False
+    return all(constraint_holds(c, worker.attributes) for c in task.constraints)
+
+
+def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
+    if task.device is None:
+        return 0
+    if task.device.count == 0:
+        assert worker.device is not None
+        return worker.device.count
+    return task.device.count
+
+
+class _Pass:
+    """The mutable bookkeeping of one scheduling pass."""
+
+    def __init__(self, workers: list[WorkerCapacity]):
+        self.workers = workers
+        self.free = {w.worker_id: w.available for w in workers}
+        self.device_free = {w.worker_id: w.device_free for w in workers}
+        self.eligible: dict[tuple, list[WorkerCapacity]] = {}
+        self.cursor: dict[tuple, int] = {}
+
+    def fits_now(self, task: TaskDemand, worker: WorkerCapacity) -> bool:
+        return (
+            task.resources.fits_in(self.free[worker.worker_id])
+            and _device_need(task, worker) <= self.device_free[worker.worker_id]
+        )
+
+    def take(self, task: TaskDemand, worker: WorkerCapacity) -> None:
+        self.free[worker.worker_id] = self.free[worker.worker_id] - task.resources
+        self.device_free[worker.worker_id] -= _device_need(task, worker)
+
+
+# ---------------------------------------------------------------- reasons
+
+
+def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity]) -> str:
+    if not workers:
+        return "no healthy workers are registered; start workers or wait for the autoscaler"
+    need = task.resources
+    if task.device is not None:
+        with_device = [w for w in workers if task.device.matches(w.device)]
+        if not with_device:
+            offered = Counter(w.device.describe() for w in workers if w.device is not None)
+            others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
+            return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
+        workers = with_device
+    for constraint in task.constraints:
+        if not any(constraint_holds(constraint, w.attributes) for w in workers):
+            return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
+    candidates = [w for w in workers if all(constraint_holds(c, w.attributes) for c in task.constraints)]
+    if not candidates:
+        return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
+    if not any(need.fits_in(w.total) for w in candidates):
+        largest = max(candidates, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
+        lacking = ", ".join(_shortfall(need, largest.total))
+        return (
+            f"no worker is large enough: the task needs {need.describe()} but the largest worker "
+            f"({largest.worker_id}) has {largest.total.describe()} (short of {lacking})"
+        )
+    able = sum(1 for w in candidates if _static_fit(task, w))
+    what = task.device.describe() + ", " if task.device else ""
+    return f"waiting for capacity: the {able} worker(s) that could run it ({what}{need.describe()}) are busy"
 
 
 def _shortfall(need: Resources, have: Resources) -> list[str]:
@@ -78,47 +240,125 @@ def _shortfall(need: Resources, have: Resources) -> list[str]:
     return missing
 
 
-def _unplaceable_reason(need: Resources, workers: list[WorkerCapacity]) -> str:
-    if not workers:
-        return "no healthy workers are registered; start workers or wait for the autoscaler"
-    if not any(need.fits_in(w.total) for w in workers):
-        largest = max(workers, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
-        lacking = ", ".join(_shortfall(need, largest.total))
+def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _Pass) -> str:
+    group_by = gang[0].gang_group_by
+    size = len(gang)
+    able = [w for w in workers if _static_fit(gang[0], w)]
+    if not able:
+        return f"gang of {size}: " + _unplaceable_reason(gang[0], workers)
+    groups = Counter(str(w.attributes[group_by]) for w in able if group_by in w.attributes)
+    if not groups:
+        return f"gang of {size} needs workers with attribute '{group_by}'; none of the {len(able)} suitable worker(s) have it"
+    biggest = max(groups.values())
+    if biggest < size:
         return (
-            f"no worker is large enough: the task needs {need.describe()} but the largest worker "
-            f"({largest.worker_id}) has {largest.total.describe()} (short of {lacking})"
+            f"gang of {size} needs {size} workers sharing one '{group_by}'; the largest group of suitable "
+            f"workers has {biggest} ({len(groups)} group(s))"
         )
-    busy = sum(1 for w in workers if need.fits_in(w.total))
-    return f"waiting for capacity: the {busy} worker(s) that could run it ({need.describe()}) are busy"
+    free_groups = Counter(
+        str(w.attributes[group_by]) for w in able if group_by in w.attributes and state.fits_now(gang[0], w)
+    )
+    best_free = max(free_groups.values(), default=0)
+    return (
+        f"waiting for capacity: gang of {size} needs {size} free workers sharing one '{group_by}'; "
+        f"at most {best_free} are free in any group"
+    )
+
+
+# ---------------------------------------------------------------- placement
+
+
+def _place_single(task: TaskDemand, state: _Pass) -> WorkerCapacity | None:
+    """The next worker with room now, round-robin over those the task's shape could ever use.
+
+    Round-robin spreads load evenly, and keeping one cursor per shape makes a placement cost a
+    few checks instead of a scan of every worker, which matters with thousands of each.
+    """
+    shape = task.shape()
+    eligible = state.eligible.get(shape)
+    if eligible is None:
+        # Emptiest first, so the first placements of a pass go where there is most room.
+        eligible = sorted(
+            (w for w in state.workers if _static_fit(task, w)),
+            key=lambda w: -state.free[w.worker_id].cpu_millicores,
+        )
+        state.eligible[shape] = eligible
+    count = len(eligible)
+    start = state.cursor.get(shape, 0)
+    for offset in range(count):
+        worker = eligible[(start + offset) % count]
+        if state.fits_now(task, worker):
+            state.cursor[shape] = (start + offset + 1) % count
+            return worker
+    return None
+
+
+def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | None:
+    """Distinct workers sharing one group value, one per task, or None. Within a group, workers are
+    taken in id order so task i tends to land on the i-th host of a slice."""
+    group_by = gang[0].gang_group_by
+    groups: dict[str, list[WorkerCapacity]] = {}
+    for worker in state.workers:
+        if group_by in worker.attributes and _static_fit(gang[0], worker) and state.fits_now(gang[0], worker):
+            groups.setdefault(str(worker.attributes[group_by]), []).append(worker)
+    for value in sorted(groups):
+        members = sorted(groups[value], key=_worker_order)
+        if len(members) >= len(gang):
+            return members[: len(gang)]
+    return None
+
+
+def _worker_order(worker: WorkerCapacity) -> tuple:
+    index = worker.attributes.get("tpu-worker-id")
+    return (index if isinstance(index, int) else 1 << 30, worker.worker_id)
+
+
+def _units(tasks: Iterable[TaskDemand]) -> list[list[TaskDemand]]:
+    """Tasks grouped into scheduling units, in order of first appearance: a gang is one unit."""
+    units: list[list[TaskDemand]] = []
+    gangs: dict[str, list[TaskDemand]] = {}
+    for task in tasks:
+        if task.gang_group_by:
+            gang = gangs.get(task.job_id)
+            if gang is None:
+                gang = gangs[task.job_id] = []
+                units.append(gang)
+            gang.append(task)
+        else:
+            units.append([task])
+    return units
 
 
 def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> SchedulingResult:
-    """Place tasks in the given order on the worker with the most free cpu that fits each.
-
-    Spreading by free cpu keeps load even across workers. A task that cannot be placed does not
-    block those behind it (no head-of-line blocking). Capacities only shrink within a pass, so
-    once a resource shape fails to fit anywhere, later tasks of the same shape skip the search.
-    """
-    available = {w.worker_id: w.available for w in workers}
+    """Place tasks in the given order; what cannot be placed gets a reason and does not block the
+    tasks behind it (no head-of-line blocking). Capacities only shrink within a pass, so once a
+    task shape fails to fit anywhere, later tasks of the same shape skip the search."""
+    state = _Pass(workers)
     assignments: list[tuple[str, str]] = []
     pending: dict[str, str] = {}
-    unfit_shapes: dict[Resources, str] = {}
-    for task in tasks:
-        need = task.resources
-        reason = unfit_shapes.get(need)
+    unfit_shapes: dict[tuple, str] = {}
+    for unit in _units(tasks):
+        if unit[0].gang_group_by:
+            members = _place_gang(unit, state)
+            if members is None:
+                reason = _gang_reason(unit, workers, state)
+                pending.update((t.task_id, reason) for t in unit)
+                continue
+            for task, worker in zip(unit, members, strict=False):
+                state.take(task, worker)
+                assignments.append((task.task_id, worker.worker_id))
+            continue
+        task = unit[0]
+        reason = unfit_shapes.get(task.shape())
         if reason is not None:
             pending[task.task_id] = reason
             continue
-        best_id = None
-        best_free = -1
-        for worker_id, free in available.items():
-            if need.fits_in(free) and free.cpu_millicores > best_free:
-                best_id, best_free = worker_id, free.cpu_millicores
-        if best_id is None:
-            reason = _unplaceable_reason(need, workers)
-            unfit_shapes[need] = reason
+        worker = _place_single(task, state)
+        if worker is None:
+            reason = _unplaceable_reason(task, workers)
+            unfit_shapes[task.shape()] = reason
             pending[task.task_id] = reason
             continue
-        available[best_id] = available[best_id] - need
-        assignments.append((task.task_id, best_id))
+        state.take(task, worker)
+        assignments.append((task.task_id, worker.worker_id))
     return SchedulingResult(assignments, pending)

@@ -18,7 +18,7 @@ from connectrpc.errors import ConnectError
 
 from iris.cluster.controller.controller import Controller, now_ms
 from iris.cluster.controller.store import JobExistsError, NotFoundError
-from iris.cluster.types import JobName, normalize_job_id
+from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError
@@ -82,6 +82,12 @@ class ControllerServiceImpl:
             raise ValueError("resources cannot be negative")
         if request.name:
             JobName.parse(request.name)
+        for constraint in request.constraints:
+            Constraint.from_proto(constraint)
+        if request.resources.device.HasField("tpu"):
+            self._shape_tpu_job(request)
+        if request.coscheduling.group_by and request.replicas <= 1:
+            raise ValueError("coscheduling places several tasks together: set replicas to 2 or more")
         if request.parent_job_id:
             request.parent_job_id = normalize_job_id(request.parent_job_id)
         if request.bundle_blob:
@@ -100,6 +106,22 @@ class ControllerServiceImpl:
             request.max_retries_preemption = DEFAULT_MAX_RETRIES_PREEMPTION
         job_id = await self._controller.launch_job(request)
         return pb.LaunchJobResponse(job_id=job_id)
+
+    @staticmethod
+    def _shape_tpu_job(request: pb.LaunchJobRequest) -> None:
+        """A multi-host TPU slice runs one task per host, all at once on one slice."""
+        topology = tpu_topology(request.resources.device.tpu.variant)
+        if topology.hosts == 1:
+            return
+        if request.replicas in (0, 1):
+            request.replicas = topology.hosts
+        elif request.replicas != topology.hosts:
+            raise ValueError(
+                f"{topology.variant} has {topology.hosts} hosts, so the job needs {topology.hosts} replicas "
+                f"(one per host), not {request.replicas}"
+            )
+        if not request.coscheduling.group_by:
+            request.coscheduling.group_by = "tpu-name"
 
     @_rpc
     async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:

@@ -8,6 +8,7 @@ controller which workers need a heartbeat and whether the scheduler should run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sqlite3
@@ -17,16 +18,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from iris.cluster.controller.scheduler import Resources, TaskDemand, WorkerCapacity
+from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.controller.transitions import (
     JOB_TRANSITIONS,
+    AttemptOutcome,
     InvalidTransitionError,
     check_transition,
     decide_attempt_outcome,
     derive_job_state,
     state_label,
 )
-from iris.cluster.types import TERMINAL_JOB_STATES, TERMINAL_TASK_STATES, task_state_name
+from iris.cluster.types import (
+    TERMINAL_JOB_STATES,
+    TERMINAL_TASK_STATES,
+    Constraint,
+    attribute_from_proto,
+    task_state_name,
+)
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 
@@ -135,9 +143,20 @@ MIGRATIONS: list[str] = [
     CREATE INDEX task_logs_job ON task_logs(job_id, id);
     CREATE INDEX task_logs_task ON task_logs(task_id, id);
     """,
+    # 2: ordering by the root job's submission (children run before later roots), and how long a
+    # task has waited since it last became pending (scheduling timeouts)
+    """
+    ALTER TABLE jobs ADD COLUMN root_submitted_at_ms INTEGER;
+    UPDATE jobs SET root_submitted_at_ms = submitted_at_ms;
+    ALTER TABLE tasks ADD COLUMN pending_since_ms INTEGER;
+    UPDATE tasks SET pending_since_ms = (SELECT submitted_at_ms FROM jobs WHERE jobs.job_id = tasks.job_id);
+    """,
 ]
 
 logger = logging.getLogger(__name__)
+
+# Lines of a failed task's output quoted in its error.
+FAILURE_LOG_LINES = 5
 
 ACTIVE_ATTEMPT_STATES = (pb.TASK_STATE_ASSIGNED, pb.TASK_STATE_BUILDING, pb.TASK_STATE_RUNNING)
 _ACTIVE_SQL = ",".join(str(s) for s in ACTIVE_ATTEMPT_STATES)
@@ -190,6 +209,7 @@ class ControllerStore:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._requests: dict[str, pb.LaunchJobRequest] = {}
+        self._demand_templates: dict[str, TaskDemand] = {}
         self._migrate()
 
     # ------------------------------------------------------------ plumbing
@@ -267,8 +287,11 @@ class ControllerStore:
                     f"job {job_id} already exists ({state_label('job', existing['state'])}); "
                     "choose another name or kill it first"
                 )
+            root_submitted_ms = now_ms
             if request.parent_job_id:
-                parent = db.execute("SELECT state FROM jobs WHERE job_id=?", (request.parent_job_id,)).fetchone()
+                parent = db.execute(
+                    "SELECT state, root_submitted_at_ms FROM jobs WHERE job_id=?", (request.parent_job_id,)
+                ).fetchone()
                 if parent is None:
                     raise NotFoundError(f"parent job {request.parent_job_id} not found")
                 if parent["state"] in TERMINAL_JOB_STATES:
@@ -276,9 +299,10 @@ class ControllerStore:
                         f"parent job {request.parent_job_id} has already finished "
                         f"({state_label('job', parent['state'])}); cannot add a child to it"
                     )
+                root_submitted_ms = parent["root_submitted_at_ms"]
             db.execute(
-                "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms)"
-                " VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
+                " root_submitted_at_ms) VALUES (?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     request.parent_job_id or None,
@@ -287,12 +311,14 @@ class ControllerStore:
                     num_tasks,
                     request.priority,
                     now_ms,
+                    root_submitted_ms,
                 ),
             )
             db.executemany(
-                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason) VALUES (?,?,?,?,?)",
+                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms)"
+                " VALUES (?,?,?,?,?,?)",
                 [
-                    (f"{job_id}/{i}", job_id, i, pb.TASK_STATE_PENDING, "waiting for the scheduler")
+                    (f"{job_id}/{i}", job_id, i, pb.TASK_STATE_PENDING, "waiting for the scheduler", now_ms)
                     for i in range(num_tasks)
                 ],
             )
@@ -420,43 +446,101 @@ class ControllerStore:
 
     # ------------------------------------------------------------ scheduling
 
+    def _demand_template(self, job_id: str) -> TaskDemand:
+        """The scheduling shape shared by every task of a job (cached: requests never change)."""
+        template = self._demand_templates.get(job_id)
+        if template is None:
+            request = self.request_for(job_id)
+            spec = request.resources
+            device = None
+            kind = spec.device.WhichOneof("device")
+            if kind is not None:
+                chosen = getattr(spec.device, kind)
+                device = Device(kind, chosen.variant, chosen.count)
+            template = TaskDemand(
+                task_id="",
+                job_id=job_id,
+                resources=Resources(spec.cpu_millicores, spec.memory_bytes, spec.disk_bytes),
+                device=device,
+                constraints=tuple(Constraint.from_proto(c) for c in request.constraints),
+                gang_group_by=request.coscheduling.group_by,
+            )
+            self._demand_templates[job_id] = template
+        return template
+
     def scheduling_inputs(self) -> tuple[list[TaskDemand], list[WorkerCapacity]]:
+        """Pending tasks in scheduling order, and the capacity each healthy worker has left.
+
+        Order: higher priority first; then by the submission of the job's root, so a running
+        job's children go before jobs submitted after it; then FIFO by job; then task index.
+        """
         with self._read() as db:
             rows = db.execute(
                 f"SELECT t.task_id, t.job_id FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
                 f"WHERE t.state = {pb.TASK_STATE_PENDING} "
-                f"ORDER BY j.priority DESC, j.submitted_at_ms, t.job_id, t.task_index"
+                f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index"
             ).fetchall()
-            demands = []
-            for row in rows:
-                spec = self.request_for(row["job_id"]).resources
-                demands.append(
-                    TaskDemand(
-                        row["task_id"],
-                        row["job_id"],
-                        Resources(spec.cpu_millicores, spec.memory_bytes, spec.disk_bytes),
-                    )
+            demands = [
+                dataclasses.replace(self._demand_template(row["job_id"]), task_id=row["task_id"]) for row in rows
+            ]
+            if not demands:
+                return [], []
+            committed: dict[str, Resources] = {}
+            devices_used: dict[str, int] = {}
+            for a in db.execute(
+                f"SELECT a.worker_id, a.cpu_millicores, a.memory_bytes, a.disk_bytes, t.job_id FROM attempts a "
+                f"JOIN tasks t ON t.task_id = a.task_id WHERE a.state IN ({_ACTIVE_SQL})"
+            ):
+                worker_id = a["worker_id"]
+                committed[worker_id] = committed.get(worker_id, Resources()) + Resources(
+                    a["cpu_millicores"], a["memory_bytes"], a["disk_bytes"]
                 )
-            committed = {
-                r["worker_id"]: Resources(r["cpu"], r["mem"], r["disk"])
-                for r in db.execute(
-                    f"SELECT worker_id, SUM(cpu_millicores) AS cpu, SUM(memory_bytes) AS mem, "
-                    f"SUM(disk_bytes) AS disk FROM attempts WHERE state IN ({_ACTIVE_SQL}) GROUP BY worker_id"
-                )
-            }
+                device = self._demand_template(a["job_id"]).device
+                if device is not None:
+                    # A whole-host TPU request (count 0) takes every chip: count it as "a lot".
+                    devices_used[worker_id] = devices_used.get(worker_id, 0) + (device.count or 1 << 20)
             workers = []
             for w in db.execute(f"SELECT * FROM workers WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"):
                 meta = pb.WorkerMetadata.FromString(w["metadata"])
                 total = Resources(meta.cpu_millicores, meta.memory_bytes, meta.disk_bytes)
+                device = _worker_device(meta)
                 workers.append(
                     WorkerCapacity(
                         w["worker_id"],
                         total,
                         total - committed.get(w["worker_id"], Resources()),
-                        {k: _attribute_text(v) for k, v in meta.attributes.items()},
+                        {k: attribute_from_proto(v) for k, v in meta.attributes.items()},
+                        device,
+                        max(0, (device.count if device else 0) - devices_used.get(w["worker_id"], 0)),
                     )
                 )
         return demands, workers
+
+    def expire_unschedulable(self, now_ms: int) -> Effects:
+        """Tasks pending past their job's scheduling timeout become UNSCHEDULABLE, with the reason
+        they could not be placed."""
+        effects = Effects()
+        with self._write() as db:
+            touched: set[str] = set()
+            for task in db.execute(
+                f"SELECT task_id, job_id, pending_since_ms, pending_reason FROM tasks WHERE state = {pb.TASK_STATE_PENDING}"
+            ).fetchall():
+                timeout_ms = self.request_for(task["job_id"]).scheduling_timeout.milliseconds
+                if not timeout_ms or now_ms - task["pending_since_ms"] < timeout_ms:
+                    continue
+                error = (
+                    f"not scheduled within {timeout_ms / 1000:g}s (scheduling_timeout): "
+                    f"{task['pending_reason'] or 'no placement found'}"
+                )
+                self._transition("task", task["task_id"], pb.TASK_STATE_PENDING, pb.TASK_STATE_UNSCHEDULABLE, error, now_ms)
+                db.execute(
+                    "UPDATE tasks SET state=?, error=?, finished_at_ms=?, pending_reason='' WHERE task_id=?",
+                    (pb.TASK_STATE_UNSCHEDULABLE, error, now_ms, task["task_id"]),
+                )
+                touched.add(task["job_id"])
+            for job_id in touched:
+                self._refresh_job(job_id, now_ms, effects)
+        return effects
 
     def apply_assignments(
         self, assignments: list[tuple[str, str]], pending_reasons: dict[str, str], now_ms: int
@@ -572,6 +656,8 @@ class ControllerStore:
             "IRIS_WORKER_ID": worker_id,
             "IRIS_CONTROLLER_ADDRESS": controller_address,
         }
+        if request.resources.device.HasField("tpu"):
+            env.update(self._tpu_env(job_id, attempt["task_index"], worker_id))
         return pb.RunTaskRequest(
             task_id=attempt["task_id"],
             job_id=job_id,
@@ -587,6 +673,27 @@ class ControllerStore:
             timeout=request.timeout,
             env=env,
         )
+
+    def _tpu_env(self, job_id: str, task_index: int, worker_id: str) -> dict[str, str]:
+        """What JAX needs to form one program over a slice's hosts: the hosts of the whole gang in
+        task order, and this task's place among them."""
+        env = {"JAX_PLATFORMS": "tpu,cpu", "PJRT_DEVICE": "TPU", "TPU_WORKER_ID": str(task_index)}
+        hosts = []
+        for row in self._conn.execute(
+            "SELECT w.metadata FROM tasks t JOIN workers w ON w.worker_id = t.worker_id "
+            f"WHERE t.job_id=? AND t.state IN ({_ACTIVE_SQL}) ORDER BY t.task_index",
+            (job_id,),
+        ):
+            meta = pb.WorkerMetadata.FromString(row["metadata"])
+            hosts.append(meta.ip_address or meta.hostname)
+        if hosts:
+            env["TPU_WORKER_HOSTNAMES"] = ",".join(hosts)
+        worker = self._conn.execute("SELECT metadata FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
+        if worker is not None:
+            attributes = pb.WorkerMetadata.FromString(worker["metadata"]).attributes
+            if "tpu-name" in attributes:
+                env["TPU_NAME"] = str(attribute_from_proto(attributes["tpu-name"]))
+        return env
 
     def apply_heartbeat(
         self, plan: HeartbeatPlan, response: pb.HeartbeatResponse, now_ms: int
@@ -620,9 +727,9 @@ class ControllerStore:
                 db.execute("SAVEPOINT report")
                 try:
                     if status is None:
-                        self._lose_attempt(key, plan.worker_id, now_ms, touched_jobs)
+                        self._lose_attempt(key, plan.worker_id, now_ms, touched_jobs, effects)
                     else:
-                        self._absorb_status(status, now_ms, touched_jobs)
+                        self._absorb_status(status, now_ms, touched_jobs, effects)
                 except InvalidTransitionError:
                     # One inconsistent report must not stall the worker's other attempts.
                     logger.exception("ignoring report of %s#%s from %s", *key, plan.worker_id)
@@ -644,7 +751,9 @@ class ControllerStore:
             effects.wake_scheduler = True
         return unknown, effects
 
-    def _lose_attempt(self, key: tuple[str, int], worker_id: str, now_ms: int, touched_jobs: set[str]) -> None:
+    def _lose_attempt(
+        self, key: tuple[str, int], worker_id: str, now_ms: int, touched_jobs: set[str], effects: Effects
+    ) -> None:
         task_id, attempt_id = key
         attempt = self._conn.execute(
             "SELECT state FROM attempts WHERE task_id=? AND attempt_id=?", key
@@ -653,9 +762,13 @@ class ControllerStore:
         if attempt is None or attempt["state"] not in ACTIVE_ATTEMPT_STATES:
             return
         reason = f"worker {worker_id} no longer has attempt {attempt_id} (the worker restarted or lost it)"
-        self._end_attempt(task_id, attempt_id, pb.TASK_STATE_WORKER_FAILED, -1, reason, now_ms, touched_jobs)
+        self._end_attempt(
+            task_id, attempt_id, pb.TASK_STATE_WORKER_FAILED, -1, reason, now_ms, touched_jobs, effects
+        )
 
-    def _absorb_status(self, status: pb.WorkerTaskStatus, now_ms: int, touched_jobs: set[str]) -> None:
+    def _absorb_status(
+        self, status: pb.WorkerTaskStatus, now_ms: int, touched_jobs: set[str], effects: Effects
+    ) -> None:
         key = (status.task_id, status.attempt_id)
         attempt = self._conn.execute(
             "SELECT a.*, t.job_id FROM attempts a JOIN tasks t ON t.task_id=a.task_id "
@@ -715,7 +828,7 @@ class ControllerStore:
         if status.result:
             self._conn.execute("UPDATE tasks SET result=? WHERE task_id=?", (status.result, status.task_id))
         self._end_attempt(
-            status.task_id, status.attempt_id, status.state, status.exit_code, status.error, now_ms, touched_jobs
+            status.task_id, status.attempt_id, status.state, status.exit_code, status.error, now_ms, touched_jobs, effects
         )
 
     def _end_attempt(
@@ -727,27 +840,44 @@ class ControllerStore:
         error: str,
         now_ms: int,
         touched_jobs: set[str],
+        effects: Effects,
+        charge: bool = True,
     ) -> None:
+        """Apply an attempt's end to its task: retry it, or finish it with a reason a user can act on.
+
+        `charge=False` is for attempts the worker never received: losing those is nobody's fault
+        and costs no retry budget.
+        """
         self._finish_attempt(task_id, attempt_id, state, exit_code, error, now_ms)
         task = self._conn.execute("SELECT * FROM tasks WHERE task_id=?", (task_id,)).fetchone()
         if task["current_attempt"] != attempt_id or task["state"] in TERMINAL_TASK_STATES:
             return
         request = self.request_for(task["job_id"])
-        outcome = decide_attempt_outcome(
-            state,
-            task["failure_count"],
-            task["preemption_count"],
-            request.max_retries_failure,
-            request.max_retries_preemption,
-        )
+        if charge:
+            outcome = decide_attempt_outcome(
+                state,
+                task["failure_count"],
+                task["preemption_count"],
+                request.max_retries_failure,
+                request.max_retries_preemption,
+            )
+        else:
+            outcome = AttemptOutcome(pb.TASK_STATE_PENDING, task["failure_count"], task["preemption_count"], retry=True)
         reason = error or ("exited 0" if state == pb.TASK_STATE_SUCCEEDED else task_state_name(state))
         if outcome.retry:
             reason = f"attempt {attempt_id} {task_state_name(state)} ({reason}); retrying"
+        elif outcome.task_state == pb.TASK_STATE_FAILED:
+            error = self._explain_failure(task_id, attempt_id, error, outcome.failure_count)
+        elif outcome.task_state == pb.TASK_STATE_WORKER_FAILED:
+            error = (
+                f"{error}; its worker was lost {outcome.preemption_count} time(s), past the limit of "
+                f"{request.max_retries_preemption} (max_retries_preemption)"
+            )
         self._transition("task", task_id, task["state"], outcome.task_state, reason, now_ms)
         finished_at = None if outcome.retry else now_ms
         self._conn.execute(
             "UPDATE tasks SET state=?, failure_count=?, preemption_count=?, exit_code=?, error=?,"
-            " finished_at_ms=?, pending_reason=? WHERE task_id=?",
+            " finished_at_ms=?, pending_reason=?, pending_since_ms=? WHERE task_id=?",
             (
                 outcome.task_state,
                 outcome.failure_count,
@@ -756,10 +886,46 @@ class ControllerStore:
                 error,
                 finished_at,
                 "waiting to be retried" if outcome.retry else "",
+                now_ms,
                 task_id,
             ),
         )
         touched_jobs.add(task["job_id"])
+        if outcome.retry and request.coscheduling.group_by:
+            self._restart_gang(task["job_id"], task_id, now_ms, effects)
+
+    def _restart_gang(self, job_id: str, failed_task_id: str, now_ms: int, effects: Effects) -> None:
+        """A gang runs as a unit: when one member goes back to pending, so do the others (their
+        attempts are killed without spending their budgets), and the scheduler places them together."""
+        reason = f"gang member {failed_task_id} is being retried; the gang restarts together"
+        for sibling in self._conn.execute(
+            f"SELECT * FROM tasks WHERE job_id=? AND task_id != ? AND state IN ({_ACTIVE_SQL})",
+            (job_id, failed_task_id),
+        ).fetchall():
+            self._finish_attempt(sibling["task_id"], sibling["current_attempt"], pb.TASK_STATE_KILLED, -1, reason, now_ms)
+            effects.kills.append((sibling["worker_id"], sibling["task_id"], sibling["current_attempt"]))
+            effects.heartbeat_workers.add(sibling["worker_id"])
+            self._transition("task", sibling["task_id"], sibling["state"], pb.TASK_STATE_PENDING, reason, now_ms)
+            self._conn.execute(
+                "UPDATE tasks SET state=?, pending_reason=?, pending_since_ms=? WHERE task_id=?",
+                (pb.TASK_STATE_PENDING, "waiting to be retried with its gang", now_ms, sibling["task_id"]),
+            )
+
+    def _explain_failure(self, task_id: str, attempt_id: int, error: str, failures: int) -> str:
+        tail = [
+            r["data"]
+            for r in self._conn.execute(
+                "SELECT data FROM task_logs WHERE task_id=? AND attempt_id=? AND source != 'build' "
+                "ORDER BY id DESC LIMIT ?",
+                (task_id, attempt_id, FAILURE_LOG_LINES),
+            )
+        ][::-1]
+        explained = error or "failed"
+        if failures > 1:
+            explained += f" (after {failures} attempts)"
+        if tail:
+            explained += "; last output: " + " | ".join(line[:200] for line in tail)
+        return explained
 
     def record_heartbeat_failure(self, worker_id: str, error: str, now_ms: int, worker_timeout_ms: int) -> Effects:
         """A heartbeat RPC failed: mark the worker unhealthy, and failed once it is past its timeout."""
@@ -790,7 +956,8 @@ class ControllerStore:
         )
         touched: set[str] = set()
         for a in self._conn.execute(
-            "SELECT task_id, attempt_id, state FROM attempts WHERE worker_id=? AND logs_complete=0", (worker_id,)
+            "SELECT task_id, attempt_id, state, delivered FROM attempts WHERE worker_id=? AND logs_complete=0",
+            (worker_id,),
         ).fetchall():
             self._conn.execute(
                 "UPDATE attempts SET logs_complete=1 WHERE task_id=? AND attempt_id=?", (a["task_id"], a["attempt_id"])
@@ -804,6 +971,8 @@ class ControllerStore:
                     f"worker {worker_id} failed: {reason}",
                     now_ms,
                     touched,
+                    effects,
+                    charge=bool(a["delivered"]),
                 )
         for job_id in touched:
             self._refresh_job(job_id, now_ms, effects)
@@ -1074,6 +1243,9 @@ class ControllerStore:
         ]
 
 
-def _attribute_text(value: pb.AttributeValue) -> str:
-    kind = value.WhichOneof("value")
-    return "" if kind is None else str(getattr(value, kind))
+def _worker_device(meta: pb.WorkerMetadata) -> Device | None:
+    kind = meta.device.WhichOneof("device")
+    if kind is None:
+        return None
+    offered = getattr(meta.device, kind)
+    return Device(kind, offered.variant, offered.count)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from iris.cluster.types import attribute_to_proto, parse_attribute, tpu_device, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 
 # Attributes read from the environment when present, so a worker on a TPU VM or in a Pod reports
@@ -32,15 +33,7 @@ def local_ip() -> str:
 
 
 def attribute_value(text: str) -> pb.AttributeValue:
-    """Numbers become numeric attributes so GT/LT constraints compare them as numbers."""
-    try:
-        return pb.AttributeValue(int_value=int(text))
-    except ValueError:
-        pass
-    try:
-        return pb.AttributeValue(float_value=float(text))
-    except ValueError:
-        return pb.AttributeValue(string_value=text)
+    return attribute_to_proto(parse_attribute(text))
 
 
 def probe(
@@ -49,6 +42,7 @@ def probe(
     cpu_override: float | None = None,
     memory_override: int | None = None,
     attributes: dict[str, str] | None = None,
+    device: pb.DeviceConfig | None = None,
 ) -> pb.WorkerMetadata:
     cache_dir.mkdir(parents=True, exist_ok=True)
     cpus = cpu_override if cpu_override is not None else (len(os.sched_getaffinity(0)) or os.cpu_count() or 1)
@@ -60,6 +54,14 @@ def probe(
         disk_bytes=psutil.disk_usage(str(cache_dir)).free,
         runtime=runtime,
     )
+    if device is None and os.environ.get("TPU_ACCELERATOR_TYPE"):
+        # On a TPU VM the host says what it is part of.
+        variant = os.environ["TPU_ACCELERATOR_TYPE"]
+        device = tpu_device(variant, tpu_topology(variant).chips_per_host)
+    if device is not None:
+        metadata.device.CopyFrom(device)
+        kind = device.WhichOneof("device")
+        metadata.attributes["device-variant"].CopyFrom(attribute_value(getattr(device, kind).variant))
     merged = {attr: os.environ[var] for var, attr in _ENV_ATTRIBUTES.items() if os.environ.get(var)}
     merged.update(attributes or {})
     for key, value in merged.items():

@@ -24,6 +24,8 @@ from iris.config import (
     load_and_validate,
     parse_size,
 )
+from iris.cluster.types import parse_gpu_spec, tpu_device, tpu_topology
+from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 
 logger = logging.getLogger("iris.worker")
@@ -54,6 +56,16 @@ def _parse_attributes(pairs: tuple[str, ...]) -> dict[str, str]:
     return attributes
 
 
+def _device_from_flags(tpu_variant: str | None, gpu_spec: str | None) -> pb.DeviceConfig | None:
+    if tpu_variant and gpu_spec:
+        raise ValueError("a worker offers either --tpu or --gpu, not both")
+    if tpu_variant:
+        return tpu_device(tpu_variant, tpu_topology(tpu_variant).chips_per_host)
+    if gpu_spec:
+        return parse_gpu_spec(gpu_spec)
+    return None
+
+
 @click.group()
 def cli() -> None:
     """The Iris worker daemon."""
@@ -72,6 +84,8 @@ def cli() -> None:
 @click.option("--cpu", type=float, help="Cpus to offer instead of the host's count.")
 @click.option("--memory", help="Memory to offer instead of the host's, e.g. 8GB.")
 @click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (default 10).")
+@click.option("--tpu", "tpu_variant", help="This host is part of a TPU slice of this variant, e.g. v5litepod-16.")
+@click.option("--gpu", "gpu_spec", help="GPUs this host offers, e.g. H100x8.")
 def serve(
     config_path: str | None,
     controller_address: str | None,
@@ -85,6 +99,8 @@ def serve(
     cpu: float | None,
     memory: str | None,
     kill_grace: float | None,
+    tpu_variant: str | None,
+    gpu_spec: str | None,
 ) -> None:
     """Register with the controller and run the tasks it sends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -113,8 +129,12 @@ def serve(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--memory") from None
 
+    try:
+        device = _device_from_flags(tpu_variant, gpu_spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     container_runtime = create_runtime(runtime_name, cache / "runtime")
-    metadata = probe(cache, runtime_name, cpu, memory_bytes, _parse_attributes(attributes))
+    metadata = probe(cache, runtime_name, cpu, memory_bytes, _parse_attributes(attributes), device)
     try:
         sock = bind_socket(host, port)
     except PortInUseError as exc:

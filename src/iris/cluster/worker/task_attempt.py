@@ -8,6 +8,7 @@ so the controller can pull them incrementally from any offset.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -234,7 +235,12 @@ class TaskAttempt:
 
     def _container_config(self) -> ContainerConfig:
         request = self.request
-        env = dict(request.environment.env_vars)
+        env = {}
+        if request.resources.device.HasField("tpu"):
+            # TPU runtimes read the host's TPU_* description (bounds, topology); the controller's
+            # view of the slice (hostnames, worker id) wins where both speak.
+            env.update({k: v for k, v in os.environ.items() if k.startswith("TPU_")})
+        env.update(request.environment.env_vars)
         env.update(request.env)
         for name, port in self.ports.items():
             env[f"IRIS_PORT_{name.upper().replace('-', '_')}"] = str(port)
