@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import click
+import psutil
 
 from iris.cli.connect import URL_FILE, local_state_dir
 from iris.cli.render import console, jobs_table, workers_table
@@ -45,18 +46,22 @@ def _require_local(config: config_pb2.IrisClusterConfig, config_path: str, actio
         )
 
 
+def _alive(pid: int) -> bool:
+    """A process that exited but was not reaped yet (a zombie) is gone for our purposes: the
+    detached cluster is reaped by init, which may take its time or never do it."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _running_pid(state_dir: Path) -> int | None:
     pid_file = state_dir / PID_FILE
-    if not pid_file.exists():
-        return None
     try:
         pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError):
+    except (FileNotFoundError, ValueError):
         return None
-    except PermissionError:
-        return pid
-    return pid
+    return pid if _alive(pid) else None
 
 
 def _log_tail(state_dir: Path, lines: int = 15) -> str:
@@ -101,6 +106,7 @@ def start(ctx: click.Context) -> None:
 
     def up() -> bool:
         if process.poll() is not None:
+            (state_dir / PID_FILE).unlink(missing_ok=True)
             raise click.ClickException(
                 f"the cluster exited during start-up (code {process.returncode}); last log lines:\n{_log_tail(state_dir)}"
             )
@@ -111,6 +117,7 @@ def start(ctx: click.Context) -> None:
             wait_until(up, START_TIMEOUT_S, 0.1, f"cluster '{config.name}' to start")
         except TimeoutError:
             process.terminate()
+            (state_dir / PID_FILE).unlink(missing_ok=True)
             raise click.ClickException(
                 f"cluster '{config.name}' did not come up within {START_TIMEOUT_S:.0f}s; last log lines:\n"
                 f"{_log_tail(state_dir)}"
@@ -132,16 +139,9 @@ def _stop_local(config: config_pb2.IrisClusterConfig) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
 
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
     with console.status(f"stopping cluster '{config.name}' (pid {pid})"):
         try:
-            wait_until(gone, STOP_TIMEOUT_S, 0.1, f"pid {pid} to exit")
+            wait_until(lambda: not _alive(pid), STOP_TIMEOUT_S, 0.1, f"pid {pid} to exit")
         except TimeoutError:
             os.kill(pid, signal.SIGKILL)
     (state_dir / URL_FILE).unlink(missing_ok=True)

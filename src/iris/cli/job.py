@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from iris.cli.connect import connection_options, resolve_controller_url
-from iris.cli.render import console, jobs_table, print_json, styled_state, tasks_table
+from iris.cli.render import console, jobs_table, print_json, short_state, styled_state, tasks_table
 from iris.client.client import IrisClient, Job
 from iris.cluster.types import (
     Constraint,
@@ -249,7 +249,7 @@ def job_status(client: IrisClient, job_id: str, as_json: bool) -> None:
     if status.history:
         console.print("[bold]history[/bold]")
         for event in status.history:
-            console.print(f"  {event.from_state.lower()} -> {event.to_state.lower()}: {event.reason}")
+            console.print(f"  {short_state(event.from_state)} -> {short_state(event.to_state)}: {event.reason}")
 
 
 @job.command("logs")

@@ -36,6 +36,11 @@ def styled_state(name: str) -> str:
     return f"[{style}]{name}[/{style}]" if style else name
 
 
+def short_state(name: str) -> str:
+    """JOB_STATE_RUNNING or TASK_STATE_RUNNING -> running."""
+    return name.split("_STATE_", 1)[-1].lower()
+
+
 def age(ts: time_pb2.Timestamp) -> str:
     if not ts.epoch_ms:
         return "-"
@@ -92,13 +97,13 @@ def tasks_table(tasks: list[pb.TaskStatus]) -> Table:
     for column in ("TASK", "STATE", "WORKER", "ATTEMPTS", "EXIT", "DETAIL"):
         table.add_column(column, overflow="fold")
     for task in tasks:
-        finished = task.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED)
+        exited = task.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
         table.add_row(
             task.task_id,
             styled_state(task_state_name(task.state)),
             task.worker_id or "-",
             str(len(task.attempts)),
-            str(task.exit_code) if finished else "-",
+            str(task.exit_code) if exited else "-",
             task.error or task.pending_reason,
         )
     return table

@@ -148,6 +148,8 @@ class LocalCluster:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **self._worker_env},
+            # Ctrl-C in the terminal is for the cluster's owner to handle, not for each worker.
+            start_new_session=True,
         )
         log.close()
         self.worker_processes[spec.worker_id] = process

@@ -169,7 +169,7 @@ _OP_SYMBOLS = {
     ConstraintOp.LE: "<=",
 }
 # Longest symbols first so ">=" is not read as ">" followed by "=".
-_CONSTRAINT_TEXT = re.compile(r"^\s*([A-Za-z0-9_.\-/]+)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$")
+_CONSTRAINT_TEXT = re.compile(r"^\s*([A-Za-z0-9_.\-/]+)\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ class Constraint:
                 "KEY<=VALUE, KEY (exists), !KEY (does not exist) or 'KEY in A,B'"
             )
         key, symbol, value = match.groups()
-        op = next(op for op, sym in _OP_SYMBOLS.items() if sym == symbol)
+        op = next(op for op, sym in _OP_SYMBOLS.items() if sym == symbol.replace("==", "="))
         return cls(key, op, parse_attribute(value))
 
     def describe(self) -> str:
@@ -325,10 +325,14 @@ def gpu_device(variant: str, count: int = 1) -> cluster_pb2.DeviceConfig:
 
 def parse_gpu_spec(text: str) -> cluster_pb2.DeviceConfig:
     """"H100x8" -> 8 H100s; "H100" -> one; "8" -> eight of any kind."""
-    match = re.fullmatch(r"(?:([A-Za-z][A-Za-z0-9_-]*?)(?:[xX](\d+))?|(\d+))", text.strip())
+    # "x" separates a count only from a variant that has a digit, so names like RTX6000 stay whole.
+    match = re.fullmatch(
+        r"(?:([A-Za-z][A-Za-z0-9_-]*?\d[A-Za-z0-9_-]*?)[xX](\d+)|([A-Za-z][A-Za-z0-9_-]*)|(\d+))", text.strip()
+    )
     if not match:
         raise ValueError(f"invalid GPU spec {text!r}: expected VARIANTxCOUNT such as H100x8, a variant, or a count")
-    variant, count_text, only_count = match.groups()
+    counted_variant, count_text, bare_variant, only_count = match.groups()
+    variant = counted_variant or bare_variant
     count = int(count_text or only_count or 1)
     if count < 1:
         raise ValueError(f"invalid GPU spec {text!r}: the count must be at least 1")

@@ -205,12 +205,14 @@ def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity]) -> str:
         return "no healthy workers are registered; start workers or wait for the autoscaler"
     need = task.resources
     if task.device is not None:
-        with_device = [w for w in workers if task.device.matches(w.device)]
-        if not with_device:
+        capable = [
+            w for w in workers if task.device.matches(w.device) and w.device is not None and w.device.count >= task.device.count
+        ]
+        if not capable:
             offered = Counter(w.device.describe() for w in workers if w.device is not None)
             others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
             return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
-        workers = with_device
+        workers = capable
     for constraint in task.constraints:
         if not any(constraint_holds(constraint, w.attributes) for w in workers):
             return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"

@@ -680,8 +680,10 @@ class ControllerStore:
         env = {"JAX_PLATFORMS": "tpu,cpu", "PJRT_DEVICE": "TPU", "TPU_WORKER_ID": str(task_index)}
         hosts = []
         for row in self._conn.execute(
+            # Gang members are placed in one transaction, so every task's worker is the current
+            # one; some members may already have finished, which must not shrink the host list.
             "SELECT w.metadata FROM tasks t JOIN workers w ON w.worker_id = t.worker_id "
-            f"WHERE t.job_id=? AND t.state IN ({_ACTIVE_SQL}) ORDER BY t.task_index",
+            "WHERE t.job_id=? ORDER BY t.task_index",
             (job_id,),
         ):
             meta = pb.WorkerMetadata.FromString(row["metadata"])

@@ -1,0 +1,110 @@
+"""`iris run --local -- CMD`: a throwaway cluster runs one command job and goes away."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from cli_support import IrisRunner, pid_alive, send_ctrl_c, wait_for_file_text
+
+from iris.time import wait_until
+
+
+def test_run_local_print_prints_line_and_exits_0(iris: IrisRunner, iris_home: Path) -> None:
+    result = iris("run", "--local", "--", "python", "-c", "print('hello from iris')")
+
+    assert result.returncode == 0, str(result)
+    assert result.stdout.splitlines() == ["hello from iris"], str(result)
+    # Progress goes to stderr, so stdout stays the job's own output.
+    assert "iris: starting a local cluster" in result.stderr, str(result)
+    assert "iris: submitted /" in result.stderr, str(result)
+    assert "Traceback" not in result.stderr
+    assert not (iris_home / ".iris").exists(), "a throwaway cluster must not write to ~/.iris"
+
+
+def test_run_local_exit_3_exits_3_and_prints_reason(iris: IrisRunner) -> None:
+    result = iris("run", "--local", "--", "python", "-c", "import sys; sys.exit(3)")
+
+    assert result.returncode == 3, str(result)
+    failure_lines = [line for line in result.stderr.splitlines() if " failed" in line]
+    assert failure_lines, str(result)
+    assert "exited with code 3" in failure_lines[-1], str(result)
+    assert "Traceback" not in result.stderr
+
+
+def test_run_local_job_stderr_goes_to_stderr(iris: IrisRunner) -> None:
+    script = "import sys; print('to-out'); print('to-err', file=sys.stderr)"
+    result = iris("run", "--local", "--", "python", "-c", script)
+
+    assert result.returncode == 0, str(result)
+    assert "to-out" in result.stdout.splitlines()
+    assert "to-err" not in result.stdout
+    assert "to-err" in result.stderr.splitlines()
+
+
+def test_run_local_env_option_reaches_job_environment(iris: IrisRunner) -> None:
+    result = iris(
+        "run",
+        "--local",
+        "-e",
+        "IRIS_CLI_TEST_VAR",
+        "value with spaces",
+        "-e",
+        "SECOND",
+        "2",
+        "--",
+        "python",
+        "-c",
+        "import os; print(os.environ['IRIS_CLI_TEST_VAR'], os.environ['SECOND'])",
+    )
+
+    assert result.returncode == 0, str(result)
+    assert result.stdout.splitlines() == ["value with spaces 2"], str(result)
+
+
+def test_run_local_no_wait_rejected_with_clear_message(iris: IrisRunner) -> None:
+    result = iris("run", "--no-wait", "--local", "--", "true")
+
+    assert result.returncode == 2, str(result)
+    assert "--no-wait" in result.stderr and "--local" in result.stderr
+    assert "starting a local cluster" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_local_with_config_rejected_with_clear_message(iris: IrisRunner) -> None:
+    result = iris("run", "--local", "--controller-url", "http://127.0.0.1:1", "--", "true")
+
+    assert result.returncode == 2, str(result)
+    assert "--local" in result.stderr and "--controller-url" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_local_ctrl_c_kills_job_and_exits_130(iris: IrisRunner, tmp_path: Path) -> None:
+    pid_file = tmp_path / "job.pid"
+    args = ("run", "--local", "--", "sh", "-c", f"echo $$ > {pid_file}; exec sleep 600")
+    process = iris.popen(*args)
+    job_pid = None
+    try:
+        job_pid = int(wait_for_file_text(pid_file, timeout=60))
+        send_ctrl_c(process)
+        result = iris.finish(process, args, timeout=60)
+
+        assert result.returncode == 130, str(result)
+        assert "interrupted" in result.stderr, str(result)
+        assert "Traceback" not in result.stderr, str(result)
+        wait_until(lambda: not pid_alive(job_pid), 20, 0.05, f"job process {job_pid} to exit")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if job_pid is not None and pid_alive(job_pid):
+            os.kill(job_pid, signal.SIGKILL)
+
+
+def test_run_without_cluster_asks_which_cluster(iris: IrisRunner) -> None:
+    result = iris("run", "--", "true")
+
+    assert result.returncode == 2, str(result)
+    assert "--controller-url" in result.stderr and "--config" in result.stderr
+    assert "Traceback" not in result.stderr
