@@ -315,3 +315,31 @@ def test_replicas_get_their_task_index(process_cluster, workspace):
         job.wait(timeout=60)
         lines = sorted(line.line.data for line in job.logs())
     assert lines == ["index=0 of 3", "index=1 of 3", "index=2 of 3"]
+
+
+def test_child_job_submitted_from_a_task_runs_with_the_parents_bundle(process_cluster, workspace):
+    process_cluster.start_controller()
+    process_cluster.start_worker("w0", "--cpu", "4")
+    parent_script = textwrap.dedent(
+        """
+        import mathlib
+        from iris.client import iris_ctx
+        from iris.cluster.types import Entrypoint, ResourceSpec
+        ctx = iris_ctx()
+        child = ctx.client.submit(
+            Entrypoint.from_callable(mathlib.triple, 5), name="child", resources=ResourceSpec(cpu=1, memory="100MB")
+        )
+        print("child", child.job_id, "returned", child.result(timeout=60))
+        """
+    )
+    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+        parent = client.submit(
+            Entrypoint.from_command(sys.executable, "-c", parent_script),
+            name="parent",
+            resources=ResourceSpec(cpu=1, memory="100MB"),
+        )
+        parent.wait(timeout=90)
+        assert [line.line.data for line in parent.logs()] == ["child /parent/child returned 15"]
+        child = client.job("/parent/child").status()
+        assert child.parent_job_id == "/parent"
+        assert child.state == pb.JOB_STATE_SUCCEEDED
