@@ -4,17 +4,23 @@ human-readable pending reasons."""
 from __future__ import annotations
 
 import copy
+import operator
+from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iris.cluster.controller.scheduler import (
+    Device,
     Resources,
     SchedulingResult,
     TaskDemand,
     WorkerCapacity,
+    constraint_holds,
     find_assignments,
 )
+from iris.cluster.types import Constraint, ConstraintOp
 
 GB = 1000**3
 NOT_LARGE_ENOUGH = "no worker is large enough"
@@ -244,3 +250,575 @@ def test_find_assignments_property_is_deterministic_and_pure(inputs):
     second = find_assignments(tasks, workers)
     assert workers == before
     assert first == second
+
+
+# ---------------------------------------------------------------- devices, constraints and gangs
+
+TPU_16 = Device("tpu", "v5litepod-16", 0)  # whole host of a 4-host v5litepod-16 slice
+
+
+def demand(
+    task_id: str,
+    *,
+    cpu: int = 1000,
+    memory: int = GB,
+    device: Device | None = None,
+    constraints: tuple[Constraint, ...] = (),
+    gang: str = "",
+) -> TaskDemand:
+    job_id = task_id.rpartition("/")[0]
+    return TaskDemand(task_id, job_id, Resources(cpu, memory, 0), device, constraints, gang)
+
+
+def host(
+    worker_id: str,
+    *,
+    attributes: dict | None = None,
+    device: Device | None = None,
+    device_free: int | None = None,
+    cpu: int = 4000,
+    memory: int = 16 * GB,
+    free: Resources | None = None,
+) -> WorkerCapacity:
+    total = Resources(cpu, memory, 0)
+    return WorkerCapacity(
+        worker_id,
+        total,
+        free if free is not None else total,
+        dict(attributes or {}),
+        device,
+        (device.count if device else 0) if device_free is None else device_free,
+    )
+
+
+def tpu_slice(
+    name: str, hosts: int, *, variant: str = "v5litepod-16", chips: int = 4, **kwargs
+) -> list[WorkerCapacity]:
+    """The hosts of one TPU slice, each with the slice's name and its position in it."""
+    extra = kwargs.pop("attributes", {})
+    return [
+        host(
+            f"{name}-w{i}",
+            attributes={"tpu-name": name, "tpu-worker-id": i, **extra},
+            device=Device("tpu", variant, chips),
+            **kwargs,
+        )
+        for i in range(hosts)
+    ]
+
+
+def gang_of(job: str, size: int, **kwargs) -> list[TaskDemand]:
+    return [demand(f"/{job}/{i}", gang="tpu-name", **kwargs) for i in range(size)]
+
+
+C = Constraint.parse
+
+
+def test_find_assignments_tpu_variant_nobody_has_reason_lists_what_workers_have():
+    workers = tpu_slice("a", 3, variant="v5litepod-8", chips=8) + [host("cpu-only")]
+    result = find_assignments([demand("/train/0", device=TPU_16)], workers)
+    assert result.assignments == []
+    reason = result.pending_reasons["/train/0"]
+    assert reason.startswith("no worker has tpu v5litepod-16 (workers have: ")
+    assert "3 with tpu v5litepod-8 (8 chips)" in reason
+
+
+def test_find_assignments_gpu_without_any_gpu_worker_reason_omits_worker_list():
+    result = find_assignments([demand("/train/0", device=Device("gpu", "H100", 8))], [host("w1")])
+    assert result.pending_reasons["/train/0"] == "no worker has 8x gpu H100"
+
+
+def test_find_assignments_gpu_variant_matches_case_insensitively_and_empty_variant_matches_any():
+    workers = [host("a100", device=Device("gpu", "A100", 8)), host("h100", device=Device("gpu", "H100", 8))]
+    tasks = [demand("/h/0", device=Device("gpu", "h100", 8)), demand("/any/0", device=Device("gpu", "", 8))]
+    assert placed(find_assignments(tasks, workers)) == {"/h/0": "h100", "/any/0": "a100"}
+
+
+def test_find_assignments_tpu_variant_must_match_exactly():
+    workers = tpu_slice("a", 1, variant="v5litepod-16")
+    result = find_assignments([demand("/t/0", device=Device("tpu", "V5LITEPOD-16", 0))], workers)
+    assert result.assignments == []
+    assert result.pending_reasons["/t/0"].startswith("no worker has tpu V5LITEPOD-16")
+
+
+def test_find_assignments_gpu_count_shares_a_worker_until_its_devices_run_out():
+    workers = [host("w1", cpu=64000, device=Device("gpu", "H100", 8))]
+    tasks = [demand(f"/j/{i}", device=Device("gpu", "H100", 3)) for i in range(3)]
+    result = find_assignments(tasks, workers)
+    assert placed(result) == {"/j/0": "w1", "/j/1": "w1"}
+    assert result.pending_reasons["/j/2"].startswith(WAITING)
+    assert "3x gpu H100" in result.pending_reasons["/j/2"]
+
+
+def test_find_assignments_gpu_already_in_use_limits_placement():
+    workers = [host("w1", device=Device("gpu", "H100", 8), device_free=2)]
+    result = find_assignments([demand("/j/0", device=Device("gpu", "H100", 4))], workers)
+    assert result.assignments == []
+    assert result.pending_reasons["/j/0"].startswith(WAITING)
+
+
+def test_find_assignments_whole_host_tpu_takes_every_chip_and_needs_all_of_them_free():
+    idle, partly_used = tpu_slice("a", 2)
+    partly_used.device_free = 3
+    tasks = [demand("/a/0", cpu=100, device=TPU_16), demand("/b/0", cpu=100, device=TPU_16)]
+    result = find_assignments(tasks, [idle, partly_used])
+    assert placed(result) == {"/a/0": idle.worker_id}
+    assert result.pending_reasons["/b/0"].startswith(WAITING)
+
+    chip = demand("/chip/0", cpu=100, device=Device("tpu", "v5litepod-16", 1))
+    assert placed(find_assignments([chip], [idle, partly_used])) == {"/chip/0": idle.worker_id}
+
+
+def test_find_assignments_gpu_count_larger_than_any_worker_reason_is_not_waiting_for_capacity():
+    """A task asking for 8 GPUs on 4-GPU hosts can never run; saying "waiting for capacity: the 0
+    worker(s) that could run it are busy" sends the user waiting for nothing."""
+    workers = [host(f"w{i}", device=Device("gpu", "H100", 4)) for i in range(2)]
+    result = find_assignments([demand("/big/0", device=Device("gpu", "H100", 8))], workers)
+    reason = result.pending_reasons["/big/0"]
+    assert not reason.startswith(WAITING), reason
+    assert "8x gpu H100" in reason and "4x gpu H100" in reason, reason
+
+
+def test_find_assignments_constraint_nobody_satisfies_reason_names_it_and_counts_workers():
+    workers = [host("w1", attributes={"zone": "us-central1-a"}), host("w2", attributes={"zone": "us-west1"})]
+    result = find_assignments([demand("/j/0", constraints=(C("zone=us-east1-b"),))], workers)
+    assert result.assignments == []
+    reason = result.pending_reasons["/j/0"]
+    assert reason == "no worker satisfies constraint zone=us-east1-b (2 worker(s) checked)"
+
+
+def test_find_assignments_constraint_reason_counts_only_workers_with_the_device():
+    workers = tpu_slice("a", 3, attributes={"zone": "a"}) + [host("cpu", attributes={"zone": "b"})]
+    result = find_assignments([demand("/j/0", device=TPU_16, constraints=(C("zone=b"),))], workers)
+    assert result.pending_reasons["/j/0"] == "no worker satisfies constraint zone=b (3 worker(s) checked)"
+
+
+def test_find_assignments_constraints_each_met_somewhere_but_never_together_reason_lists_all():
+    workers = [host("w1", attributes={"zone": "a", "gen": 2}), host("w2", attributes={"zone": "b", "gen": 4})]
+    result = find_assignments([demand("/j/0", constraints=(C("zone=a"), C("gen>=3")))], workers)
+    assert result.pending_reasons["/j/0"] == "no worker satisfies all of zone=a, gen>=3"
+
+
+def test_find_assignments_constraints_are_anded_and_typed():
+    workers = [
+        host("old", attributes={"zone": "a", "gen": 2}),
+        host("other-zone", attributes={"zone": "b", "gen": 5}),
+        host("fits", attributes={"zone": "a", "gen": 10}),
+    ]
+    # 10 >= 3 numerically even though "10" < "3" as text.
+    result = find_assignments([demand("/j/0", constraints=(C("zone in a,c"), C("gen>=3")))], workers)
+    assert placed(result) == {"/j/0": "fits"}
+
+
+@pytest.mark.parametrize(
+    ("constraint", "expected"),
+    [
+        ("preemptible!=true", {"plain", "on-demand"}),
+        ("preemptible=true", {"spot"}),
+        ("preemptible", {"spot", "on-demand"}),
+        ("!preemptible", {"plain"}),
+        ("preemptible in true,maybe", {"spot"}),
+    ],
+)
+def test_find_assignments_existence_and_inequality_on_missing_attribute(constraint, expected):
+    """NE holds on a worker without the attribute; EQ and IN need it."""
+    workers = [
+        host("spot", attributes={"preemptible": "true"}),
+        host("on-demand", attributes={"preemptible": "false"}),
+        host("plain"),
+    ]
+    tasks = [demand(f"/j/{i}", cpu=4000, constraints=(C(constraint),)) for i in range(3)]
+    result = find_assignments(tasks, workers)
+    assert set(placed(result).values()) == expected
+
+
+def test_find_assignments_gang_lands_on_one_slice_in_worker_id_order():
+    # Registered out of order, and worker 10 sorts before 2 as text: placement follows the number.
+    slice_a = [
+        host(f"h-{c}", attributes={"tpu-name": "a", "tpu-worker-id": i})
+        for c, i in zip("dcba", (10, 2, 1, 0), strict=True)
+    ]
+    result = find_assignments(gang_of("g", 4), slice_a)
+    assert placed(result) == {"/g/0": "h-a", "/g/1": "h-b", "/g/2": "h-c", "/g/3": "h-d"}
+
+
+def test_find_assignments_gang_skips_slice_with_busy_host_and_takes_a_whole_free_one():
+    slice_a = tpu_slice("a", 4)
+    slice_a[2].available = Resources(0, 0, 0)
+    slice_b = tpu_slice("b", 4)
+    result = find_assignments(gang_of("g", 4, device=TPU_16), slice_a + slice_b)
+    assert placed(result) == {f"/g/{i}": f"b-w{i}" for i in range(4)}
+
+
+def test_find_assignments_gang_never_spans_two_slices_even_with_enough_free_hosts_in_total():
+    workers = tpu_slice("a", 2) + tpu_slice("b", 3)
+    result = find_assignments(gang_of("g", 4), workers)
+    assert result.assignments == []
+    reasons = {result.pending_reasons[f"/g/{i}"] for i in range(4)}
+    assert reasons == {
+        "gang of 4 needs 4 workers sharing one 'tpu-name'; "
+        "the largest group of suitable workers has 3 (2 group(s))"
+    }
+
+
+def test_find_assignments_gang_waiting_for_free_hosts_reason_says_how_many_are_free():
+    workers = tpu_slice("a", 4) + tpu_slice("b", 4)
+    for w in workers[1:3] + workers[4:7]:
+        w.available = Resources(0, 0, 0)
+    result = find_assignments(gang_of("g", 4), workers)
+    assert result.assignments == []
+    assert set(result.pending_reasons.values()) == {
+        "waiting for capacity: gang of 4 needs 4 free workers sharing one 'tpu-name'; "
+        "at most 2 are free in any group"
+    }
+
+
+def test_find_assignments_gang_without_group_attribute_reason_names_attribute():
+    result = find_assignments(gang_of("g", 2), [host("w1"), host("w2"), host("w3")])
+    assert set(result.pending_reasons.values()) == {
+        "gang of 2 needs workers with attribute 'tpu-name'; none of the 3 suitable worker(s) have it"
+    }
+
+
+def test_find_assignments_gang_whose_device_nobody_has_reason_prefixed_with_gang_size():
+    workers = tpu_slice("a", 4, variant="v5litepod-8", chips=8)
+    result = find_assignments(gang_of("g", 4, device=TPU_16), workers)
+    reasons = set(result.pending_reasons.values())
+    assert len(reasons) == 1
+    assert reasons.pop().startswith("gang of 4: no worker has tpu v5litepod-16")
+
+
+def test_find_assignments_gang_members_only_on_workers_meeting_its_constraints():
+    slice_a = tpu_slice("a", 4, attributes={"zone": "a"})
+    slice_b = tpu_slice("b", 4, attributes={"zone": "b"})
+    result = find_assignments(gang_of("g", 4, constraints=(C("zone=b"),)), slice_a + slice_b)
+    assert sorted(placed(result).values()) == [f"b-w{i}" for i in range(4)]
+
+
+def test_find_assignments_gang_that_cannot_fit_does_not_block_small_tasks_behind_it():
+    workers = tpu_slice("a", 4)
+    workers[3].available = Resources(0, 0, 0)
+    tasks = gang_of("big", 4, device=TPU_16) + [demand(f"/small/{i}", cpu=1000) for i in range(6)]
+    result = find_assignments(tasks, workers)
+    assert {t for t, _ in result.assignments} == {f"/small/{i}" for i in range(6)}
+    for i in range(4):
+        assert result.pending_reasons[f"/big/{i}"].startswith("waiting for capacity: gang of 4")
+    # The gang reserved nothing: the small tasks spread over the three free hosts.
+    assert {w for _, w in result.assignments} == {"a-w0", "a-w1", "a-w2"}
+
+
+def test_find_assignments_too_large_gang_first_does_not_block_a_gang_that_fits():
+    workers = tpu_slice("a", 4)
+    tasks = gang_of("huge", 8) + gang_of("fits", 4)
+    result = find_assignments(tasks, workers)
+    assert sorted(placed(result)) == [f"/fits/{i}" for i in range(4)]
+    assert len(result.pending_reasons) == 8
+
+
+def test_find_assignments_earlier_gang_wins_the_only_slice():
+    tasks = gang_of("first", 4, device=TPU_16) + gang_of("second", 4, device=TPU_16)
+    result = find_assignments(tasks, tpu_slice("a", 4))
+    assert sorted(placed(result)) == [f"/first/{i}" for i in range(4)]
+    assert set(result.pending_reasons) == {f"/second/{i}" for i in range(4)}
+
+
+# ---------------------------------------------------------------- properties with devices, constraints, gangs
+
+# Small value pools so that constraints often match and gangs often find a group; ints and text
+# mix ("3" and 3, "1" and 1) to probe how values compare.
+_ATTRIBUTE_POOLS: dict[str, list] = {
+    "zone": ["a", "b"],
+    "gen": [1, 2, 3, 4, "3"],
+    "tier": [0, 1, "1", "gold"],
+    "tpu-name": ["s0", "s0", "s1", "1", 1],
+}
+_KEYS = sorted(_ATTRIBUTE_POOLS)
+_ALL_VALUES = sorted({v for pool in _ATTRIBUTE_POOLS.values() for v in pool}, key=repr)
+_GPU_VARIANTS = ["H100", "A100"]
+_TPU_VARIANTS = ["v5litepod-8", "v5litepod-16"]
+_CMP_OPS = [
+    ConstraintOp.EQ,
+    ConstraintOp.NE,
+    ConstraintOp.GT,
+    ConstraintOp.GE,
+    ConstraintOp.LT,
+    ConstraintOp.LE,
+]
+
+_worker_devices = st.one_of(
+    st.none(),
+    st.builds(Device, st.just("gpu"), st.sampled_from(_GPU_VARIANTS), st.integers(1, 8)),
+    st.builds(Device, st.just("tpu"), st.sampled_from(_TPU_VARIANTS), st.sampled_from([4, 8])),
+)
+_task_devices = st.one_of(
+    st.none(),
+    st.none(),
+    st.none(),
+    st.builds(Device, st.just("gpu"), st.sampled_from(["", "H100", "h100", "A100"]), st.integers(1, 8)),
+    st.builds(Device, st.just("tpu"), st.sampled_from(_TPU_VARIANTS), st.integers(0, 8)),
+)
+
+
+@st.composite
+def _task_constraint(draw) -> Constraint:
+    key = draw(st.sampled_from(_KEYS + ["missing"]))
+    pool = st.sampled_from(_ATTRIBUTE_POOLS.get(key, _ALL_VALUES))
+    kind = draw(st.sampled_from(["cmp", "cmp", "exists", "in"]))
+    if kind == "exists":
+        return Constraint(key, draw(st.sampled_from([ConstraintOp.EXISTS, ConstraintOp.NOT_EXISTS])))
+    if kind == "in":
+        return Constraint(key, ConstraintOp.IN, values=tuple(draw(st.lists(pool, min_size=1, max_size=3))))
+    return Constraint(key, draw(st.sampled_from(_CMP_OPS)), draw(pool))
+
+
+_worker_totals = st.builds(
+    Resources,
+    cpu_millicores=st.integers(2, 8).map(lambda n: n * 1000),
+    memory_bytes=st.integers(2, 16).map(lambda n: n * GB),
+    disk_bytes=st.sampled_from([0, 50 * GB]),
+)
+_task_resources = st.builds(
+    Resources,
+    cpu_millicores=st.integers(0, 6).map(lambda n: n * 500),
+    memory_bytes=st.integers(0, 4).map(lambda n: n * GB),
+    disk_bytes=st.sampled_from([0, 0, 0, 10 * GB]),
+)
+
+
+@st.composite
+def rich_workers(draw) -> list[WorkerCapacity]:
+    workers = []
+    for i in range(draw(st.integers(0, 12))):
+        total = draw(_worker_totals)
+        available = total
+        if draw(st.booleans()):  # some work already committed
+            available = total - Resources(
+                draw(st.integers(0, total.cpu_millicores)),
+                draw(st.integers(0, total.memory_bytes)),
+                draw(st.integers(0, total.disk_bytes)),
+            )
+        attributes = {
+            key: draw(st.sampled_from(pool))
+            for key, pool in _ATTRIBUTE_POOLS.items()
+            if draw(st.integers(0, 3))  # each attribute present three times in four
+        }
+        if draw(st.booleans()):
+            attributes["tpu-worker-id"] = draw(st.integers(0, 7))
+        device = draw(_worker_devices)
+        device_free = draw(st.integers(0, device.count)) if device else 0
+        workers.append(WorkerCapacity(f"w{i}", total, available, attributes, device, device_free))
+    return workers
+
+
+@st.composite
+def rich_tasks(draw) -> list[TaskDemand]:
+    """Jobs in a random order; the tasks of one job share a shape and are contiguous, as the store
+    produces them. Some jobs are gangs grouped by an attribute."""
+    tasks = []
+    for j in range(draw(st.integers(0, 8))):
+        gang = draw(st.sampled_from(["", "", "tpu-name", "zone"]))
+        replicas = draw(st.integers(2, 4) if gang else st.integers(1, 3))
+        resources_ = draw(_task_resources)
+        # Gangs get fewer devices and constraints, so that enough of them find a group to land on.
+        device = draw(_task_devices) if not gang or draw(st.integers(0, 3)) == 0 else None
+        constraints = tuple(draw(st.lists(_task_constraint(), max_size=1 if gang else 2)))
+        tasks += [
+            TaskDemand(f"/job{j}/{i}", f"/job{j}", resources_, device, constraints, gang)
+            for i in range(replicas)
+        ]
+    return tasks
+
+
+rich_inputs = st.tuples(rich_tasks(), rich_workers())
+
+
+def _oracle_holds(constraint: Constraint, attributes: dict) -> bool:
+    """Constraint semantics written out independently of the scheduler: numbers compare as numbers,
+    text as text, a number never orders against text, and a missing attribute only satisfies
+    NE and NOT_EXISTS."""
+    if constraint.op == ConstraintOp.EXISTS:
+        return constraint.key in attributes
+    if constraint.op == ConstraintOp.NOT_EXISTS:
+        return constraint.key not in attributes
+    if constraint.key not in attributes:
+        return constraint.op == ConstraintOp.NE
+    actual = attributes[constraint.key]
+
+    def numeric(v) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    def same(expected) -> bool:
+        return actual == expected if numeric(actual) and numeric(expected) else str(actual) == str(expected)
+
+    if constraint.op == ConstraintOp.EQ:
+        return same(constraint.value)
+    if constraint.op == ConstraintOp.NE:
+        return not same(constraint.value)
+    if constraint.op == ConstraintOp.IN:
+        return any(same(v) for v in constraint.values)
+    expected = constraint.value
+    if numeric(actual) != numeric(expected):
+        return False
+    compare = {
+        ConstraintOp.GT: operator.gt,
+        ConstraintOp.GE: operator.ge,
+        ConstraintOp.LT: operator.lt,
+        ConstraintOp.LE: operator.le,
+    }[constraint.op]
+    return compare(actual, expected)
+
+
+def _oracle_device_ok(task: TaskDemand, w: WorkerCapacity) -> bool:
+    if task.device is None:
+        return True
+    offered = w.device
+    if offered is None or offered.kind != task.device.kind or task.device.count > offered.count:
+        return False
+    if task.device.kind == "tpu":
+        return offered.variant == task.device.variant
+    return task.device.variant == "" or offered.variant.lower() == task.device.variant.lower()
+
+
+def _oracle_could_ever_run(task: TaskDemand, w: WorkerCapacity) -> bool:
+    return (
+        task.resources.fits_in(w.total)
+        and _oracle_device_ok(task, w)
+        and all(_oracle_holds(c, w.attributes) for c in task.constraints)
+    )
+
+
+def _device_need(task: TaskDemand, w: WorkerCapacity) -> int:
+    if task.device is None:
+        return 0
+    return task.device.count or w.device.count  # count 0: every chip of the host
+
+
+def _leftover(tasks, workers, result) -> tuple[dict[str, Resources], dict[str, int]]:
+    by_id = {t.task_id: t for t in tasks}
+    by_worker = {w.worker_id: w for w in workers}
+    free = {w.worker_id: w.available for w in workers}
+    devices = {w.worker_id: w.device_free for w in workers}
+    for task_id, worker_id in result.assignments:
+        free[worker_id] = free[worker_id] - by_id[task_id].resources
+        devices[worker_id] -= _device_need(by_id[task_id], by_worker[worker_id])
+    return free, devices
+
+
+def _gangs(tasks: list[TaskDemand]) -> dict[str, list[TaskDemand]]:
+    gangs: dict[str, list[TaskDemand]] = {}
+    for t in tasks:
+        if t.gang_group_by:
+            gangs.setdefault(t.job_id, []).append(t)
+    return gangs
+
+
+@settings(max_examples=150, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_rich_inputs_never_over_commit_resources_or_devices(inputs):
+    tasks, workers = inputs
+    result = find_assignments(tasks, workers)
+    free, devices = _leftover(tasks, workers, result)
+    for w in workers:
+        assert free[w.worker_id].cpu_millicores >= 0, w
+        assert free[w.worker_id].memory_bytes >= 0, w
+        assert free[w.worker_id].disk_bytes >= 0, w
+        assert devices[w.worker_id] >= 0, (w, result.assignments)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_assigned_task_device_and_constraints_hold_on_its_worker(inputs):
+    tasks, workers = inputs
+    result = find_assignments(tasks, workers)
+    by_id = {t.task_id: t for t in tasks}
+    by_worker = {w.worker_id: w for w in workers}
+    for task_id, worker_id in result.assignments:
+        task_, worker_ = by_id[task_id], by_worker[worker_id]
+        assert _oracle_device_ok(task_, worker_), (task_, worker_)
+        for constraint in task_.constraints:
+            assert _oracle_holds(constraint, worker_.attributes), (constraint.describe(), worker_)
+        assert constraint_holds_agrees(task_, worker_)
+
+
+def constraint_holds_agrees(task_: TaskDemand, worker_: WorkerCapacity) -> bool:
+    return all(
+        constraint_holds(c, worker_.attributes) == _oracle_holds(c, worker_.attributes)
+        for c in task_.constraints
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_every_task_assigned_at_most_once_or_pending_with_reason(inputs):
+    tasks, workers = inputs
+    result = find_assignments(tasks, workers)
+    assigned = [task_id for task_id, _ in result.assignments]
+    assert len(assigned) == len(set(assigned))
+    assert set(assigned).isdisjoint(result.pending_reasons)
+    assert set(assigned) | set(result.pending_reasons) == {t.task_id for t in tasks}
+    assert all(reason.strip() for reason in result.pending_reasons.values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_gang_all_on_distinct_workers_sharing_one_value_or_all_pending(inputs):
+    tasks, workers = inputs
+    result = find_assignments(tasks, workers)
+    where = placed(result)
+    by_worker = {w.worker_id: w for w in workers}
+    for job_id, gang in _gangs(tasks).items():
+        members = [where.get(t.task_id) for t in gang]
+        if all(m is None for m in members):
+            reasons = {result.pending_reasons[t.task_id] for t in gang}
+            assert len(reasons) == 1, (job_id, reasons)
+            continue
+        assert None not in members, f"gang {job_id} partly placed: {members}"
+        assert len(set(members)) == len(members), f"gang {job_id} doubled up on a worker: {members}"
+        group_by = gang[0].gang_group_by
+        values = {str(by_worker[m].attributes.get(group_by, "<missing>")) for m in members}
+        assert "<missing>" not in values and len(values) == 1, (job_id, group_by, values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_nothing_pending_could_use_what_is_left(inputs):
+    """No head-of-line blocking: with what is left after the pass, no pending task fits any worker
+    it could run on, and no pending gang finds enough free workers sharing one value."""
+    tasks, workers = inputs
+    result = find_assignments(tasks, workers)
+    free, devices = _leftover(tasks, workers, result)
+
+    def fits_left(t: TaskDemand, w: WorkerCapacity) -> bool:
+        return (
+            _oracle_could_ever_run(t, w)
+            and t.resources.fits_in(free[w.worker_id])
+            and _device_need(t, w) <= devices[w.worker_id]
+        )
+
+    gangs = _gangs(tasks)
+    for t in tasks:
+        if t.task_id in result.pending_reasons and not t.gang_group_by:
+            assert not any(fits_left(t, w) for w in workers), (t, result.pending_reasons[t.task_id])
+    for job_id, gang in gangs.items():
+        if gang[0].task_id not in result.pending_reasons:
+            continue
+        group_by = gang[0].gang_group_by
+        free_per_value = Counter(
+            str(w.attributes[group_by]) for w in workers if group_by in w.attributes and fits_left(gang[0], w)
+        )
+        assert max(free_per_value.values(), default=0) < len(gang), (job_id, free_per_value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_waiting_reason_only_when_some_worker_could_run_the_task(inputs):
+    """ "waiting for capacity" promises the task runs once work finishes; it must name a task that
+    some worker could run when idle, and every such pending single task must say it."""
+    tasks, workers = inputs
+    result = find_assignments(tasks, workers)
+    for t in tasks:
+        reason = result.pending_reasons.get(t.task_id)
+        if reason is None or t.gang_group_by:
+            continue
+        could = any(_oracle_could_ever_run(t, w) for w in workers)
+        assert reason.startswith(WAITING) == could, (t, [w.device for w in workers], reason)

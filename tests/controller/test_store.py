@@ -25,7 +25,15 @@ from iris.cluster.controller.store import (
     NotFoundError,
 )
 from iris.cluster.controller.transitions import InvalidTransitionError
-from iris.cluster.types import TERMINAL_JOB_STATES, TERMINAL_TASK_STATES, job_id_of_task
+from iris.cluster.types import (
+    TERMINAL_JOB_STATES,
+    TERMINAL_TASK_STATES,
+    Constraint,
+    Priority,
+    attribute_to_proto,
+    job_id_of_task,
+    tpu_device,
+)
 from iris.rpc import cluster_pb2 as pb
 
 GiB = 1024**3
@@ -47,6 +55,11 @@ def job_request(
     max_task_failures: int = 0,
     parent_job_id: str = "",
     env: dict[str, str] | None = None,
+    device: pb.DeviceConfig | None = None,
+    group_by: str = "",
+    constraints: tuple[Constraint, ...] = (),
+    priority: int = 0,
+    scheduling_timeout_ms: int = 0,
 ) -> pb.LaunchJobRequest:
     request = pb.LaunchJobRequest(
         name=name,
@@ -61,6 +74,14 @@ def job_request(
         parent_job_id=parent_job_id,
     )
     request.max_retries_preemption = max_retries_preemption
+    if device is not None:
+        request.resources.device.CopyFrom(device)
+    if group_by:
+        request.coscheduling.group_by = group_by
+    request.constraints.extend(c.to_proto() for c in constraints)
+    request.priority = priority
+    if scheduling_timeout_ms:
+        request.scheduling_timeout.milliseconds = scheduling_timeout_ms
     return request
 
 
@@ -94,11 +115,17 @@ class FakeWorker:
         memory: int = 16 * GiB,
         max_log_lines: int = 1000,
         clock: Callable[[], int] = lambda: T0,
+        ip_address: str = "10.0.0.1",
+        attributes: dict[str, str | int] | None = None,
+        device: pb.DeviceConfig | None = None,
     ):
         self.worker_id = worker_id
         self.address = f"http://{worker_id}.test:10001"
         self.cpu = cpu
         self.memory = memory
+        self.ip_address = ip_address
+        self.attributes = dict(attributes or {})
+        self.device = device
         self.max_log_lines = max_log_lines
         self.clock = clock
         self.start_state = pb.TASK_STATE_RUNNING
@@ -107,14 +134,19 @@ class FakeWorker:
         self.kill_requests: list[tuple[str, int]] = []
 
     def metadata(self) -> pb.WorkerMetadata:
-        return pb.WorkerMetadata(
+        metadata = pb.WorkerMetadata(
             hostname=self.worker_id,
-            ip_address="10.0.0.1",
+            ip_address=self.ip_address,
             cpu_millicores=self.cpu,
             memory_bytes=self.memory,
             disk_bytes=100 * GiB,
             runtime="fake",
         )
+        for key, value in self.attributes.items():
+            metadata.attributes[key].CopyFrom(attribute_to_proto(value))
+        if self.device is not None:
+            metadata.device.CopyFrom(self.device)
+        return metadata
 
     def script(self, task_id: str, attempt_id: int = 0, **changes) -> ScriptedAttempt:
         attempt = self.attempts.setdefault((task_id, attempt_id), ScriptedAttempt(pb.TASK_STATE_RUNNING))
@@ -215,8 +247,8 @@ class Cluster:
         self.apply(self.store.create_job(job_id, job_request(job_id, **kwargs), self.tick()))
         return job_id
 
-    def child(self, job_id: str, parent_job_id: str) -> str:
-        request = job_request(job_id, parent_job_id=parent_job_id)
+    def child(self, job_id: str, parent_job_id: str, **kwargs) -> str:
+        request = job_request(job_id, parent_job_id=parent_job_id, **kwargs)
         self.apply(self.store.create_job(job_id, request, self.tick()))
         return job_id
 
@@ -1320,3 +1352,341 @@ def test_store_property_random_operations_keep_invariants(tmp_path_factory, oper
             _check_invariants(cluster, job_ids, workers)
     finally:
         cluster.store.close()
+
+
+# ---------------------------------------------------------------- job model: TPU gangs
+
+V16 = "v5litepod-16"  # 4 hosts of 4 chips
+
+
+def tpu_slice(cluster: Cluster, name: str, hosts: int = 4, subnet: int = 1) -> list[FakeWorker]:
+    """The hosts of one slice, index i having tpu-worker-id i. Worker ids sort in the opposite
+    order and hosts register last-first, so only the tpu-worker-id can put them in order."""
+    workers = [
+        FakeWorker(
+            f"{name}-host-{chr(ord('z') - i)}",
+            clock=lambda: cluster.now,
+            ip_address=f"10.{subnet}.0.{10 + i}",
+            attributes={"tpu-name": name, "tpu-worker-id": i, "zone": "us-central1-a"},
+            device=tpu_device(V16, 4),
+        )
+        for i in range(hosts)
+    ]
+    for worker in reversed(workers):
+        cluster.register(worker)
+    return workers
+
+
+def submit_gang(cluster: Cluster, name: str = "llm", replicas: int = 4, **kwargs) -> str:
+    """What LaunchJob makes of a v5litepod-16 job: one whole-host task per host, coscheduled."""
+    return cluster.submit(name, replicas=replicas, device=tpu_device(V16), group_by="tpu-name", **kwargs)
+
+
+def run_requests(cluster: Cluster, workers: list[FakeWorker]) -> dict[int, tuple[str, pb.RunTaskRequest]]:
+    """task index -> (worker id, run request), for the run requests the next heartbeats would carry."""
+    runs = {}
+    for worker in workers:
+        for run in cluster.store.plan_heartbeat(worker.worker_id, CONTROLLER).to_run:
+            assert run.task_index not in runs, f"task {run.task_index} sent to two workers"
+            runs[run.task_index] = (worker.worker_id, run)
+    return runs
+
+
+def test_store_tpu_gang_of_four_lands_on_one_slice_with_tpu_env_in_task_order(cluster):
+    too_small = tpu_slice(cluster, "slice-0", hosts=2, subnet=1)  # sorts first but cannot hold 4
+    slice_1 = tpu_slice(cluster, "slice-1", hosts=4, subnet=2)
+    job_id = submit_gang(cluster)
+
+    effects = cluster.schedule()
+
+    assert effects.heartbeat_workers == {w.worker_id for w in slice_1}
+    runs = run_requests(cluster, too_small + slice_1)
+    assert {i: worker_id for i, (worker_id, _) in runs.items()} == {i: slice_1[i].worker_id for i in range(4)}
+    hostnames = "10.2.0.10,10.2.0.11,10.2.0.12,10.2.0.13"
+    for index, (_, run) in runs.items():
+        assert run.env["TPU_WORKER_ID"] == str(index)
+        assert run.env["TPU_WORKER_HOSTNAMES"] == hostnames
+        assert run.env["JAX_PLATFORMS"] == "tpu,cpu"
+        assert run.env["PJRT_DEVICE"] == "TPU"
+        assert run.env["TPU_NAME"] == "slice-1"
+        assert (run.env["IRIS_TASK_INDEX"], run.env["IRIS_NUM_TASKS"]) == (str(index), "4")
+        assert run.resources.device.tpu.variant == V16
+
+    for worker in slice_1:
+        cluster.heartbeat(worker)
+    job = cluster.job(job_id)
+    assert job.state == pb.JOB_STATE_RUNNING
+    assert [t.state for t in job.tasks] == [pb.TASK_STATE_RUNNING] * 4
+    assert all(w.received == [] for w in too_small)
+
+
+def test_store_tpu_gang_second_gang_waits_whole_while_first_holds_the_slice(cluster):
+    slice_1 = tpu_slice(cluster, "slice-1")
+    first = submit_gang(cluster, "first")
+    second = submit_gang(cluster, "second")
+    cluster.schedule()
+
+    assert dict(cluster.job(first).task_state_counts) == {"assigned": 4}
+    job = cluster.job(second)
+    assert dict(job.task_state_counts) == {"pending": 4}
+    assert job.pending_reason == (
+        "waiting for capacity: gang of 4 needs 4 free workers sharing one 'tpu-name'; "
+        "at most 0 are free in any group"
+    )
+    assert all(cluster.worker_info(w.worker_id).committed.cpu_millicores == 1000 for w in slice_1)
+
+
+def test_store_gang_member_failure_with_budget_kills_siblings_and_gang_is_placed_together_again(cluster):
+    slice_1 = tpu_slice(cluster, "slice-1")
+    job_id = submit_gang(cluster, max_retries_failure=1)
+    cluster.schedule()
+    for worker in slice_1:
+        cluster.heartbeat(worker)
+    assert cluster.job(job_id).state == pb.JOB_STATE_RUNNING
+
+    slice_1[2].script("/llm/2", state=pb.TASK_STATE_FAILED, exit_code=1, error="exit status 1: NaN loss")
+    failing = cluster.heartbeat(slice_1[2])
+
+    assert sorted(failing.effects.kills) == sorted((slice_1[i].worker_id, f"/llm/{i}", 0) for i in (0, 1, 3))
+    tasks = cluster.store.list_tasks(job_id)
+    assert [t.state for t in tasks] == [pb.TASK_STATE_PENDING] * 4
+    assert [(t.failure_count, t.preemption_count) for t in tasks] == [(0, 0), (0, 0), (1, 0), (0, 0)]
+    for i in (0, 1, 3):
+        assert tasks[i].attempts[0].state == pb.TASK_STATE_KILLED
+        assert tasks[i].pending_reason == "waiting to be retried with its gang"
+        restarted = "gang member /llm/2 is being retried; the gang restarts together"
+        assert tasks[i].history[-1].reason == restarted
+    assert tasks[2].history[-1].reason == "attempt 0 failed (exit status 1: NaN loss); retrying"
+
+    cluster.schedule()
+    rounds = {w.worker_id: cluster.heartbeat(w) for w in slice_1}
+
+    for i in (0, 1, 3):
+        request = rounds[slice_1[i].worker_id].request
+        assert [(k.task_id, k.attempt_id) for k in request.tasks_to_kill] == [(f"/llm/{i}", 0)]
+        assert slice_1[i].attempts[(f"/llm/{i}", 0)].state == pb.TASK_STATE_KILLED
+    for i, worker in enumerate(slice_1):
+        [run] = rounds[worker.worker_id].request.tasks_to_run
+        assert (run.task_id, run.attempt_id) == (f"/llm/{i}", 1)
+        assert run.env["TPU_WORKER_ID"] == str(i)
+        assert run.env["TPU_WORKER_HOSTNAMES"] == "10.1.0.10,10.1.0.11,10.1.0.12,10.1.0.13"
+    job = cluster.job(job_id)
+    assert job.state == pb.JOB_STATE_RUNNING
+    assert [(t.state, t.current_attempt_id, t.worker_id) for t in job.tasks] == [
+        (pb.TASK_STATE_RUNNING, 1, worker.worker_id) for worker in slice_1
+    ]
+    assert (job.failure_count, job.preemption_count) == (1, 0)
+
+
+def test_store_gang_member_failing_for_good_stops_its_siblings_even_when_job_tolerates_failures(cluster):
+    """A gang is one program: when a member fails past its retries the rest cannot go on alone."""
+    slice_1 = tpu_slice(cluster, "slice-1")
+    job_id = submit_gang(cluster, max_task_failures=1)
+    cluster.schedule()
+    for worker in slice_1:
+        cluster.heartbeat(worker)
+
+    slice_1[1].script("/llm/1", state=pb.TASK_STATE_FAILED, exit_code=1, error="exit status 1")
+    failing = cluster.heartbeat(slice_1[1])
+
+    assert sorted(failing.effects.kills) == sorted((slice_1[i].worker_id, f"/llm/{i}", 0) for i in (0, 2, 3))
+    states = [t.state for t in cluster.store.list_tasks(job_id)]
+    assert states[1] == pb.TASK_STATE_FAILED
+    assert all(s in TERMINAL_TASK_STATES for s in states), states
+
+
+def test_store_gang_lands_only_on_slice_meeting_its_constraints(cluster):
+    tpu_slice(cluster, "slice-1", subnet=1)
+    slice_2 = tpu_slice(cluster, "slice-2", subnet=2)
+    for worker in slice_2:
+        worker.attributes["zone"] = "us-east5-b"
+        cluster.register(worker)
+    job_id = submit_gang(cluster, constraints=(Constraint.parse("zone=us-east5-b"),))
+
+    cluster.schedule()
+
+    assert {t.worker_id for t in cluster.store.list_tasks(job_id)} == {w.worker_id for w in slice_2}
+
+
+# ---------------------------------------------------------------- job model: constraints, timeouts, delivery
+
+
+def test_store_constraints_use_worker_attributes_with_their_types(cluster):
+    cluster.worker("old", attributes={"zone": "a", "cpu-gen": 2})
+    cluster.worker("new", attributes={"zone": "a", "cpu-gen": 10})
+    cluster.worker("far", attributes={"zone": "b", "cpu-gen": 12})
+    job_id = cluster.submit(
+        "train", replicas=2, constraints=(Constraint.parse("zone=a"), Constraint.parse("cpu-gen>=3"))
+    )
+    unmet = cluster.submit("gpu", constraints=(Constraint.parse("zone=c"),))
+
+    cluster.schedule()
+
+    assert {t.worker_id for t in cluster.store.list_tasks(job_id)} == {"new"}
+    assert cluster.job(unmet).pending_reason == "no worker satisfies constraint zone=c (3 worker(s) checked)"
+
+
+def test_store_scheduling_timeout_expired_task_and_job_unschedulable_with_pending_reason(cluster):
+    for i in range(3):
+        cluster.worker(f"w{i}", device=tpu_device("v5litepod-8", 8))
+    job_id = cluster.submit("llm", device=tpu_device(V16), scheduling_timeout_ms=60_000)
+    patient = cluster.submit("patient", device=tpu_device(V16))
+    submitted = cluster.job(job_id).submitted_at.epoch_ms
+    cluster.schedule()
+    reason = "no worker has tpu v5litepod-16 (workers have: 3 with tpu v5litepod-8 (8 chips))"
+    assert cluster.job(job_id).pending_reason == reason
+
+    cluster.store.expire_unschedulable(submitted + 59_999)
+    assert cluster.job(job_id).state == pb.JOB_STATE_PENDING
+
+    cluster.apply(cluster.store.expire_unschedulable(submitted + 60_000))
+
+    task = cluster.task(f"{job_id}/0")
+    assert task.state == pb.TASK_STATE_UNSCHEDULABLE
+    assert task.error == f"not scheduled within 60s (scheduling_timeout): {reason}"
+    assert task.pending_reason == ""
+    job = cluster.job(job_id)
+    assert job.state == pb.JOB_STATE_UNSCHEDULABLE
+    assert reason in job.error and "scheduling_timeout" in job.error
+    assert job.finished_at.epoch_ms == submitted + 60_000
+    assert cluster.job(patient).state == pb.JOB_STATE_PENDING, "a job without a timeout waits forever"
+
+
+def test_store_scheduling_timeout_counts_from_when_task_last_became_pending(cluster):
+    worker, job_id = run_one(cluster, scheduling_timeout_ms=10_000)
+    cluster.now += 60_000  # it ran for a minute, far past its scheduling timeout
+    worker.restart()
+    cluster.heartbeat(worker)
+    assert cluster.task("/train/0").state == pb.TASK_STATE_PENDING
+
+    cluster.store.expire_unschedulable(cluster.now + 9_999)
+
+    assert cluster.task("/train/0").state == pb.TASK_STATE_PENDING
+    cluster.store.expire_unschedulable(cluster.now + 10_000)
+    assert cluster.task("/train/0").state == pb.TASK_STATE_UNSCHEDULABLE
+
+
+def test_store_worker_failed_before_delivery_task_pending_without_spending_preemption_budget(cluster):
+    cluster.worker("w1")
+    job_id = cluster.submit("train", max_retries_preemption=0)
+    cluster.schedule()
+    assert cluster.task("/train/0").state == pb.TASK_STATE_ASSIGNED
+
+    failure = cluster.store.record_heartbeat_failure("w1", "connection refused", cluster.tick(), 0)
+    effects = cluster.apply(failure)
+
+    assert effects.wake_scheduler
+    task = cluster.task("/train/0")
+    assert task.state == pb.TASK_STATE_PENDING
+    assert (task.preemption_count, task.failure_count) == (0, 0)
+    assert task.attempts[0].state == pb.TASK_STATE_WORKER_FAILED
+    assert "connection refused" in task.attempts[0].error
+    job = cluster.job(job_id)
+    assert (job.state, job.preemption_count) == (pb.JOB_STATE_PENDING, 0)
+
+    replacement = cluster.worker("w2")
+    cluster.schedule()
+    cluster.heartbeat(replacement)
+    task = cluster.task("/train/0")
+    assert (task.state, task.worker_id, task.current_attempt_id) == (pb.TASK_STATE_RUNNING, "w2", 1)
+    assert task.preemption_count == 0
+
+
+def test_store_worker_failed_after_delivery_spends_preemption_budget(cluster):
+    worker, job_id = run_one(cluster, max_retries_preemption=0)
+
+    cluster.apply(cluster.store.record_heartbeat_failure("w1", "connection refused", cluster.tick(), 0))
+
+    task = cluster.task("/train/0")
+    assert (task.state, task.preemption_count) == (pb.TASK_STATE_WORKER_FAILED, 1)
+    assert cluster.job(job_id).state == pb.JOB_STATE_WORKER_FAILED
+
+
+# ---------------------------------------------------------------- job model: failure explanations
+
+
+def test_store_failed_task_job_error_quotes_last_output_lines(cluster):
+    worker, job_id = run_one(cluster)
+    worker.log("/train/0", 0, *(f"step {i}" for i in range(1, 8)), "ValueError: loss is NaN")
+    worker.script("/train/0", state=pb.TASK_STATE_FAILED, exit_code=1, error="exit status 1")
+
+    cluster.heartbeat(worker)
+
+    job = cluster.job(job_id)
+    assert (job.state, job.exit_code) == (pb.JOB_STATE_FAILED, 1)
+    tail = "last output: step 4 | step 5 | step 6 | step 7 | ValueError: loss is NaN"
+    assert job.error == f"task /train/0 failed: exit status 1; {tail}"
+    assert "step 3" not in job.error
+    assert job.tasks[0].error == f"exit status 1; {tail}"
+
+
+def test_store_failed_retried_task_error_quotes_last_attempt_and_counts_attempts(cluster):
+    worker, job_id = run_one(cluster, max_retries_failure=1)
+    worker.log("/train/0", 0, "first attempt output")
+    worker.script("/train/0", state=pb.TASK_STATE_FAILED, exit_code=2, error="exit status 2")
+    cluster.heartbeat(worker)
+    cluster.schedule()
+    cluster.heartbeat(worker)
+    worker.log("/train/0", 1, "second attempt output")
+    worker.script("/train/0", 1, state=pb.TASK_STATE_FAILED, exit_code=2, error="exit status 2")
+
+    cluster.heartbeat(worker)
+
+    job = cluster.job(job_id)
+    assert job.error == (
+        "task /train/0 failed: exit status 2 (after 2 attempts); last output: second attempt output"
+    )
+
+
+# ---------------------------------------------------------------- job model: order
+
+
+def test_store_schedule_priority_bands_run_production_then_interactive_then_batch_fifo(cluster):
+    worker = cluster.worker("w1", cpu=1000)
+    worker.start_state = pb.TASK_STATE_SUCCEEDED  # each job finishes as soon as it is delivered
+    cluster.submit("batch-early", priority=Priority.BATCH)
+    cluster.submit("interactive", priority=Priority.INTERACTIVE)
+    cluster.submit("batch-late", priority=Priority.BATCH)
+    cluster.submit("production", priority=Priority.PRODUCTION)
+
+    order = []
+    for _ in range(4):
+        cluster.schedule()
+        order += [run.job_id for run in cluster.heartbeat(worker).request.tasks_to_run]
+
+    assert order == ["/production", "/interactive", "/batch-early", "/batch-late"]
+    assert all(cluster.job(j).state == pb.JOB_STATE_SUCCEEDED for j in order)
+
+
+def test_store_schedule_child_of_earlier_root_goes_before_later_root_of_equal_priority(cluster):
+    cluster.worker("w1", cpu=2000)
+    first = cluster.submit("first")
+    later = cluster.submit("later")
+    child = cluster.child("/first/eval", first)
+
+    cluster.schedule()
+
+    assert cluster.task(f"{first}/0").state == pb.TASK_STATE_ASSIGNED
+    assert cluster.task(f"{child}/0").state == pb.TASK_STATE_ASSIGNED
+    assert cluster.task(f"{later}/0").state == pb.TASK_STATE_PENDING
+    assert cluster.job(later).pending_reason.startswith("waiting for capacity")
+
+
+def test_store_schedule_child_submitted_while_parent_runs_goes_before_waiting_later_root(cluster):
+    worker = cluster.worker("w1", cpu=2000)
+    first = cluster.submit("first")
+    filler = cluster.submit("filler")
+    cluster.schedule()
+    cluster.heartbeat(worker)
+    later = cluster.submit("later")
+    child = cluster.child("/first/eval", first)
+    cluster.schedule()
+    assert cluster.task(f"{later}/0").state == pb.TASK_STATE_PENDING
+    assert cluster.task(f"{child}/0").state == pb.TASK_STATE_PENDING
+
+    worker.script(f"{filler}/0", state=pb.TASK_STATE_SUCCEEDED)
+    cluster.heartbeat(worker)
+    cluster.schedule()
+
+    assert cluster.task(f"{child}/0").state == pb.TASK_STATE_ASSIGNED
+    assert cluster.task(f"{later}/0").state == pb.TASK_STATE_PENDING

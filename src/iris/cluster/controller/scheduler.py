@@ -154,19 +154,6 @@ def _compare(actual: AttributeValue, expected: AttributeValue) -> int | None:
     return None
 
 
-def _static_fit(task: TaskDemand, worker: WorkerCapacity) -> bool:
-    """Whether the worker could ever run the task, ignoring what is in use now."""
-    if not task.resources.fits_in(worker.total):
-        return False
-    if task.device is not None:
-        if not task.device.matches(worker.device):
-            return False
-        assert worker.device is not None
-        if task.device.count > worker.device.count:
-            return False
-    return all(constraint_holds(c, worker.attributes) for c in task.constraints)
-
-
 def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
     if task.device is None:
         return 0
@@ -177,7 +164,8 @@ def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
 
 
 class _Pass:
-    """The mutable bookkeeping of one scheduling pass."""
+    """The mutable bookkeeping of one scheduling pass, plus per-pass indexes: which workers satisfy
+    each constraint and each (device, constraints) class, and workers grouped by attribute value."""
 
     def __init__(self, workers: list[WorkerCapacity]):
         self.workers = workers
@@ -185,6 +173,56 @@ class _Pass:
         self.device_free = {w.worker_id: w.device_free for w in workers}
         self.eligible: dict[tuple, list[WorkerCapacity]] = {}
         self.cursor: dict[tuple, int] = {}
+        self._holds: dict[Constraint, frozenset[str]] = {}
+        self._classes: dict[tuple, tuple[list[WorkerCapacity], frozenset[str]]] = {}
+        self._groups: dict[str, list[tuple[str, list[WorkerCapacity]]]] = {}
+        self.all_ids = frozenset(w.worker_id for w in workers)
+        # Per (device, constraints) class, resource needs that found no room: capacity only
+        # shrinks in a pass, so a need at least as large in every dimension cannot fit either.
+        self.failed: dict[tuple, list[Resources]] = {}
+
+    def dominated(self, task: TaskDemand) -> bool:
+        return any(r.fits_in(task.resources) for r in self.failed.get((task.device, task.constraints), ()))
+
+    def holding(self, constraint: Constraint) -> frozenset[str]:
+        ids = self._holds.get(constraint)
+        if ids is None:
+            ids = frozenset(w.worker_id for w in self.workers if constraint_holds(constraint, w.attributes))
+            self._holds[constraint] = ids
+        return ids
+
+    def matching(self, task: TaskDemand) -> tuple[list[WorkerCapacity], frozenset[str]]:
+        """Workers whose device and attributes suit the task (resources not considered)."""
+        key = (task.device, task.constraints)
+        found = self._classes.get(key)
+        if found is None:
+            ids: frozenset[str] | None = None
+            for constraint in task.constraints:
+                ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
+            device = task.device
+            members = [
+                w
+                for w in self.workers
+                if (ids is None or w.worker_id in ids)
+                and (
+                    device is None
+                    or (device.matches(w.device) and device.count <= w.device.count)  # type: ignore[union-attr]
+                )
+            ]
+            found = self._classes[key] = (members, frozenset(w.worker_id for w in members))
+        return found
+
+    def groups(self, group_by: str) -> list[tuple[str, list[WorkerCapacity]]]:
+        groups = self._groups.get(group_by)
+        if groups is None:
+            by_value: dict[str, list[WorkerCapacity]] = {}
+            for w in self.workers:
+                if group_by in w.attributes:
+                    by_value.setdefault(str(w.attributes[group_by]), []).append(w)
+            groups = self._groups[group_by] = [
+                (value, sorted(by_value[value], key=_worker_order)) for value in sorted(by_value)
+            ]
+        return groups
 
     def fits_now(self, task: TaskDemand, worker: WorkerCapacity) -> bool:
         return (
@@ -200,33 +238,32 @@ class _Pass:
 # ---------------------------------------------------------------- reasons
 
 
-def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity]) -> str:
+def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
     if not workers:
         return "no healthy workers are registered; start workers or wait for the autoscaler"
     need = task.resources
     if task.device is not None:
-        capable = [
-            w for w in workers if task.device.matches(w.device) and w.device is not None and w.device.count >= task.device.count
-        ]
+        capable = state.matching(TaskDemand("", "", need, task.device))[0]
         if not capable:
             offered = Counter(w.device.describe() for w in workers if w.device is not None)
             others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
             return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
         workers = capable
+    ids = state.all_ids if task.device is None else frozenset(w.worker_id for w in workers)
     for constraint in task.constraints:
-        if not any(constraint_holds(constraint, w.attributes) for w in workers):
+        if not (state.holding(constraint) & ids):
             return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
-    candidates = [w for w in workers if all(constraint_holds(c, w.attributes) for c in task.constraints)]
+    candidates = state.matching(task)[0]
     if not candidates:
         return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
-    if not any(need.fits_in(w.total) for w in candidates):
+    able = sum(1 for w in candidates if need.fits_in(w.total))
+    if not able:
         largest = max(candidates, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
         lacking = ", ".join(_shortfall(need, largest.total))
         return (
             f"no worker is large enough: the task needs {need.describe()} but the largest worker "
             f"({largest.worker_id}) has {largest.total.describe()} (short of {lacking})"
         )
-    able = sum(1 for w in candidates if _static_fit(task, w))
     what = task.device.describe() + ", " if task.device else ""
     return f"waiting for capacity: the {able} worker(s) that could run it ({what}{need.describe()}) are busy"
 
@@ -243,11 +280,12 @@ def _shortfall(need: Resources, have: Resources) -> list[str]:
 
 
 def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _Pass) -> str:
-    group_by = gang[0].gang_group_by
+    task = gang[0]
+    group_by = task.gang_group_by
     size = len(gang)
-    able = [w for w in workers if _static_fit(gang[0], w)]
+    able = [w for w in state.matching(task)[0] if task.resources.fits_in(w.total)]
     if not able:
-        return f"gang of {size}: " + _unplaceable_reason(gang[0], workers)
+        return f"gang of {size}: " + _unplaceable_reason(task, workers, state)
     groups = Counter(str(w.attributes[group_by]) for w in able if group_by in w.attributes)
     if not groups:
         return f"gang of {size} needs workers with attribute '{group_by}'; none of the {len(able)} suitable worker(s) have it"
@@ -258,7 +296,7 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
             f"workers has {biggest} ({len(groups)} group(s))"
         )
     free_groups = Counter(
-        str(w.attributes[group_by]) for w in able if group_by in w.attributes and state.fits_now(gang[0], w)
+        str(w.attributes[group_by]) for w in able if group_by in w.attributes and state.fits_now(task, w)
     )
     best_free = max(free_groups.values(), default=0)
     return (
@@ -271,26 +309,25 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
 
 
 def _place_single(task: TaskDemand, state: _Pass) -> WorkerCapacity | None:
-    """The next worker with room now, round-robin over those the task's shape could ever use.
+    """The next worker with room now, round-robin over the workers whose device and attributes
+    suit the task.
 
-    Round-robin spreads load evenly, and keeping one cursor per shape makes a placement cost a
-    few checks instead of a scan of every worker, which matters with thousands of each.
+    Round-robin spreads load evenly, and one cursor per (device, constraints) class makes a
+    placement cost a few checks instead of a scan of every worker, which matters with thousands of
+    each. Room now (free >= need) implies the worker is large enough, so no size filter is needed.
     """
-    shape = task.shape()
-    eligible = state.eligible.get(shape)
+    key = (task.device, task.constraints)
+    eligible = state.eligible.get(key)
     if eligible is None:
         # Emptiest first, so the first placements of a pass go where there is most room.
-        eligible = sorted(
-            (w for w in state.workers if _static_fit(task, w)),
-            key=lambda w: -state.free[w.worker_id].cpu_millicores,
-        )
-        state.eligible[shape] = eligible
+        eligible = sorted(state.matching(task)[0], key=lambda w: -state.free[w.worker_id].cpu_millicores)
+        state.eligible[key] = eligible
     count = len(eligible)
-    start = state.cursor.get(shape, 0)
+    start = state.cursor.get(key, 0)
     for offset in range(count):
         worker = eligible[(start + offset) % count]
         if state.fits_now(task, worker):
-            state.cursor[shape] = (start + offset + 1) % count
+            state.cursor[key] = (start + offset + 1) % count
             return worker
     return None
 
@@ -298,15 +335,18 @@ def _place_single(task: TaskDemand, state: _Pass) -> WorkerCapacity | None:
 def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | None:
     """Distinct workers sharing one group value, one per task, or None. Within a group, workers are
     taken in id order so task i tends to land on the i-th host of a slice."""
-    group_by = gang[0].gang_group_by
-    groups: dict[str, list[WorkerCapacity]] = {}
-    for worker in state.workers:
-        if group_by in worker.attributes and _static_fit(gang[0], worker) and state.fits_now(gang[0], worker):
-            groups.setdefault(str(worker.attributes[group_by]), []).append(worker)
-    for value in sorted(groups):
-        members = sorted(groups[value], key=_worker_order)
-        if len(members) >= len(gang):
-            return members[: len(gang)]
+    task, size = gang[0], len(gang)
+    _, suitable = state.matching(task)
+    need = task.resources
+    for _, members in state.groups(task.gang_group_by):
+        if len(members) < size:
+            continue
+        chosen = []
+        for w in members:
+            if w.worker_id in suitable and need.fits_in(w.total) and state.fits_now(task, w):
+                chosen.append(w)
+                if len(chosen) == size:
+                    return chosen
     return None
 
 
@@ -339,11 +379,21 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
     assignments: list[tuple[str, str]] = []
     pending: dict[str, str] = {}
     unfit_shapes: dict[tuple, str] = {}
+    unfit_gangs: dict[tuple, tuple[int, str]] = {}
     for unit in _units(tasks):
         if unit[0].gang_group_by:
-            members = _place_gang(unit, state)
+            # Like single tasks: a gang that found no room rules out every later gang of the same
+            # shape that is at least as large.
+            gang_key = (unit[0].shape(), unit[0].gang_group_by)
+            failed = unfit_gangs.get(gang_key)
+            members = None if failed and len(unit) >= failed[0] else _place_gang(unit, state)
             if members is None:
-                reason = _gang_reason(unit, workers, state)
+                if failed and len(unit) == failed[0]:
+                    reason = failed[1]
+                else:
+                    reason = _gang_reason(unit, workers, state)
+                    if not failed or len(unit) < failed[0]:
+                        unfit_gangs[gang_key] = (len(unit), reason)
                 pending.update((t.task_id, reason) for t in unit)
                 continue
             for task, worker in zip(unit, members, strict=False):
@@ -355,9 +405,10 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
         if reason is not None:
             pending[task.task_id] = reason
             continue
-        worker = _place_single(task, state)
+        worker = None if state.dominated(task) else _place_single(task, state)
         if worker is None:
-            reason = _unplaceable_reason(task, workers)
+            state.failed.setdefault((task.device, task.constraints), []).append(task.resources)
+            reason = _unplaceable_reason(task, workers, state)
             unfit_shapes[task.shape()] = reason
             pending[task.task_id] = reason
             continue

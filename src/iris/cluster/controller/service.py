@@ -88,6 +88,11 @@ class ControllerServiceImpl:
             self._shape_tpu_job(request)
         if request.coscheduling.group_by and request.replicas <= 1:
             raise ValueError("coscheduling places several tasks together: set replicas to 2 or more")
+        if request.coscheduling.group_by and request.max_task_failures:
+            raise ValueError(
+                "a coscheduled job runs as one unit, so one failed task ends it: max_task_failures must be 0 "
+                "(use max_retries_failure to retry the gang)"
+            )
         if request.parent_job_id:
             request.parent_job_id = normalize_job_id(request.parent_job_id)
         if request.bundle_blob:

@@ -410,7 +410,9 @@ class ControllerStore:
         )
         detail = f"task {failed['task_id']} {task_state_name(failed['state'])}: {failed['error']}" if failed else ""
         request = self.request_for(job_id)
-        outcome = derive_job_state(job["state"], [t["state"] for t in tasks], request.max_task_failures, detail)
+        # A gang runs as one program: one member failing for good ends it, whatever the budget says.
+        tolerated = 0 if request.coscheduling.group_by else request.max_task_failures
+        outcome = derive_job_state(job["state"], [t["state"] for t in tasks], tolerated, detail)
         if outcome.state == job["state"]:
             return
         reason = outcome.reason or JOB_TRANSITIONS[job["state"]][outcome.state]
