@@ -1,33 +1,38 @@
-"""`iris cluster --config F start|stop|restart|status` and `iris cluster controller run-local`.
+"""`iris cluster --config F ...`: start, stop and inspect a cluster, its slices and autoscaler.
 
-A local cluster runs in the background as `iris cluster controller run-local`, detached from the
-terminal, with its state directory holding the pid file, the controller URL and the log file.
+`start` creates the controller through the platform (for a local cluster, a detached
+`iris cluster controller run-local` process whose autoscaler brings up the scale groups'
+min_slices) and shows each step until the workers are up.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import click
-import psutil
 
-from iris.cli.connect import URL_FILE, local_state_dir
-from iris.cli.render import console, jobs_table, workers_table
+from iris.cli.render import age, console, jobs_table, print_json, workers_table
 from iris.client.client import IrisClient, IrisError
+from iris.cluster.controller.lifecycle import (
+    URL_FILE,
+    ClusterNotRunningError,
+    ControllerInfo,
+    connect_cluster,
+    local_state_dir,
+    reload_controller,
+    start_controller,
+    stop_all,
+)
 from iris.cluster.local_cluster import LocalCluster
+from iris.cluster.platform.factory import create_platform
 from iris.config import load_and_validate
+from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
 from iris.time import wait_until
 
-PID_FILE = "cluster.pid"
-LOG_FILE = "cluster.log"
 START_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 60.0
 
 
 def _load(ctx: click.Context) -> tuple[config_pb2.IrisClusterConfig, str]:
@@ -37,38 +42,19 @@ def _load(ctx: click.Context) -> tuple[config_pb2.IrisClusterConfig, str]:
     return load_and_validate(config_path), config_path
 
 
-def _require_local(config: config_pb2.IrisClusterConfig, config_path: str, action: str) -> None:
-    platform = config.platform.WhichOneof("platform")
-    if platform != "local":
+def _platform(config: config_pb2.IrisClusterConfig, config_path: str):
+    return create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))
+
+
+def _client(ctx: click.Context) -> tuple[IrisClient, config_pb2.IrisClusterConfig]:
+    config, config_path = _load(ctx)
+    try:
+        url = connect_cluster(_platform(config, config_path), config)
+    except ClusterNotRunningError:
         raise click.ClickException(
-            f"{config_path}: '{action}' for a {platform} cluster is not supported by this version yet; "
-            "only local clusters can be managed"
-        )
-
-
-def _alive(pid: int) -> bool:
-    """A process that exited but was not reaped yet (a zombie) is gone for our purposes: the
-    detached cluster is reaped by init, which may take its time or never do it."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _running_pid(state_dir: Path) -> int | None:
-    pid_file = state_dir / PID_FILE
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    return pid if _alive(pid) else None
-
-
-def _log_tail(state_dir: Path, lines: int = 15) -> str:
-    log = state_dir / LOG_FILE
-    if not log.exists():
-        return "(no log)"
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+            f"cluster '{config.name}' is not running (start it with: iris cluster --config {config_path} start)"
+        ) from None
+    return IrisClient.remote(url), config
 
 
 @click.group()
@@ -80,122 +66,121 @@ def cluster(ctx: click.Context, config_path: str | None) -> None:
     ctx.obj["config_path"] = config_path
 
 
+def _wait_for_min_slices(client: IrisClient, config: config_pb2.IrisClusterConfig) -> int:
+    """Show the autoscaler's steps until every group's min_slices are up; the worker count."""
+    # Without scale groups, run-local starts one plain worker.
+    wanted = sum(g.min_slices * max(1, g.slice_template.num_vms) for g in config.scale_groups.values())
+    if not config.scale_groups:
+        wanted = 1
+    seen: set[tuple[str, str]] = set()
+
+    def up() -> bool:
+        status = client.call("get_autoscaler_status", pb.GetAutoscalerStatusRequest())
+        for action in reversed(status.recent_actions):
+            key = (action.slice_id, action.action)
+            if key not in seen:
+                seen.add(key)
+                console.print(f"  {action.scale_group}: {action.action} {action.slice_id} {action.reason}".rstrip())
+        healthy = [w for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
+        return len(healthy) >= wanted
+
+    wait_until(up, START_TIMEOUT_S, 0.2, "the scale groups' min_slices to come up")
+    return wanted
+
+
 @cluster.command()
 @click.pass_context
 def start(ctx: click.Context) -> None:
-    """Start the cluster in the background and wait until its workers are up."""
+    """Start the cluster in the background and wait until its min_slices are up."""
     config, config_path = _load(ctx)
-    _require_local(config, config_path, "start")
-    state_dir = local_state_dir(config)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    pid = _running_pid(state_dir)
-    url_file = state_dir / URL_FILE
-    if pid is not None and url_file.exists():
-        click.echo(f"cluster '{config.name}' is already running (pid {pid}) at {url_file.read_text().strip()}")
+    platform = _platform(config, config_path)
+    with console.status(f"starting cluster '{config.name}'"):
+        info = start_controller(platform, config, progress=lambda m: console.print(f"  {m}"))
+    pid = getattr(info.handle, "pid", "?")
+    if info.already_running:
+        click.echo(f"cluster '{config.name}' is already running (pid {pid}) at {info.url}")
         return
-    url_file.unlink(missing_ok=True)
-    with open(state_dir / LOG_FILE, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "iris.cli.main", "cluster", "--config", str(Path(config_path).resolve()), "controller", "run-local"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    (state_dir / PID_FILE).write_text(str(process.pid))
+    _report_running(config, config_path, info)
 
-    def up() -> bool:
-        if process.poll() is not None:
-            (state_dir / PID_FILE).unlink(missing_ok=True)
-            raise click.ClickException(
-                f"the cluster exited during start-up (code {process.returncode}); last log lines:\n{_log_tail(state_dir)}"
-            )
-        return url_file.exists()
 
-    with console.status(f"starting cluster '{config.name}' (log: {state_dir / LOG_FILE})"):
-        try:
-            wait_until(up, START_TIMEOUT_S, 0.1, f"cluster '{config.name}' to start")
-        except TimeoutError:
-            process.terminate()
-            (state_dir / PID_FILE).unlink(missing_ok=True)
-            raise click.ClickException(
-                f"cluster '{config.name}' did not come up within {START_TIMEOUT_S:.0f}s; last log lines:\n"
-                f"{_log_tail(state_dir)}"
-            ) from None
-    url = url_file.read_text().strip()
-    with IrisClient.remote(url) as client:
-        workers = client.list_workers()
-    click.echo(f"cluster '{config.name}' running: controller {url}, {len(workers)} worker(s) (pid {process.pid})")
-    click.echo(f"  state and logs: {state_dir}")
+def _report_running(config: config_pb2.IrisClusterConfig, config_path: str, info: ControllerInfo) -> None:
+    with IrisClient.remote(info.url) as client, console.status("waiting for workers"):
+        _wait_for_min_slices(client, config)
+        healthy = [w for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
+    pid = getattr(info.handle, "pid", "?")
+    click.echo(f"cluster '{config.name}' running: controller {info.url}, {len(healthy)} worker(s) (pid {pid})")
+    click.echo(f"  state and logs: {local_state_dir(config)}")
     click.echo(f"  try: iris run --config {config_path} -- python -c \"print('hello from iris')\"")
-
-
-def _stop_local(config: config_pb2.IrisClusterConfig) -> bool:
-    state_dir = local_state_dir(config)
-    pid = _running_pid(state_dir)
-    if pid is None:
-        (state_dir / URL_FILE).unlink(missing_ok=True)
-        (state_dir / PID_FILE).unlink(missing_ok=True)
-        return False
-    os.kill(pid, signal.SIGTERM)
-
-    with console.status(f"stopping cluster '{config.name}' (pid {pid})"):
-        try:
-            wait_until(lambda: not _alive(pid), STOP_TIMEOUT_S, 0.1, f"pid {pid} to exit")
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-    (state_dir / URL_FILE).unlink(missing_ok=True)
-    (state_dir / PID_FILE).unlink(missing_ok=True)
-    return True
 
 
 @cluster.command()
 @click.pass_context
 def stop(ctx: click.Context) -> None:
-    """Stop the cluster's controller and workers."""
+    """Stop the controller and terminate every slice of the cluster."""
     config, config_path = _load(ctx)
-    _require_local(config, config_path, "stop")
-    if _stop_local(config):
-        click.echo(f"cluster '{config.name}' stopped")
-    else:
+    with console.status(f"stopping cluster '{config.name}'"):
+        stopped, slices = stop_all(_platform(config, config_path), config)
+    if not stopped and not slices:
         click.echo(f"cluster '{config.name}' was not running")
+        return
+    click.echo(f"cluster '{config.name}' stopped")
+    if slices:
+        click.echo(f"  terminated {len(slices)} slice(s): {', '.join(slices)}")
 
 
 @cluster.command()
 @click.pass_context
 def restart(ctx: click.Context) -> None:
-    """Stop the cluster if it runs, then start it; jobs survive in the controller's state."""
+    """Restart the controller on its state; jobs survive and running workers are re-adopted."""
     config, config_path = _load(ctx)
-    _require_local(config, config_path, "restart")
-    _stop_local(config)
-    ctx.invoke(start)
+    with console.status(f"restarting the controller of '{config.name}'"):
+        info = reload_controller(_platform(config, config_path), config, lambda m: console.print(f"  {m}"))
+    _report_running(config, config_path, info)
 
 
 @cluster.command()
 @click.pass_context
 def status(ctx: click.Context) -> None:
-    """Show the controller, its workers and a summary of jobs."""
+    """Show the controller, its scale groups and slices, its workers and recent jobs."""
     config, config_path = _load(ctx)
-    _require_local(config, config_path, "status")
-    state_dir = local_state_dir(config)
-    pid = _running_pid(state_dir)
-    url_file = state_dir / URL_FILE
-    if pid is None or not url_file.exists():
+    platform = _platform(config, config_path)
+    try:
+        url = connect_cluster(platform, config)
+    except ClusterNotRunningError:
         click.echo(f"cluster '{config.name}' is not running (start it with: iris cluster --config {config_path} start)")
         ctx.exit(1)
-    url = url_file.read_text().strip()
     with IrisClient.remote(url) as client:
         try:
             workers = client.list_workers()
             jobs = client.list_jobs(page_size=20)
+            autoscaler = client.call("get_autoscaler_status", pb.GetAutoscalerStatusRequest())
         except IrisError as exc:
-            raise click.ClickException(f"cluster '{config.name}' (pid {pid}) does not answer: {exc}") from None
+            raise click.ClickException(f"cluster '{config.name}' does not answer: {exc}") from None
+    pid_file = local_state_dir(config) / "cluster.pid"
+    pid = pid_file.read_text().strip() if pid_file.exists() else "?"
     console.print(f"[bold]cluster[/bold] {config.name}  controller {url}  pid {pid}")
+    if autoscaler.enabled:
+        _print_groups(autoscaler)
     console.print(f"[bold]workers[/bold] ({len(workers)})")
     console.print(workers_table(workers))
     console.print(f"[bold]recent jobs[/bold] ({len(jobs)})")
     if jobs:
         console.print(jobs_table(jobs[:20]))
+
+
+def _print_groups(status: pb.GetAutoscalerStatusResponse) -> None:
+    for group in status.groups:
+        live = [s for s in group.slices if s.state != "DELETED"]
+        line = f"[bold]scale group[/bold] {group.name}: {group.state}, {len(live)} slice(s) (min {group.min_slices}, max {group.max_slices})"
+        if group.demand:
+            line += f", demand {group.demand}"
+        console.print(line)
+        if group.unmet_reason:
+            console.print(f"  waiting: {group.unmet_reason}")
+        for item in live:
+            console.print(f"  {item.slice_id}  {item.state.lower()}  {age(item.created_at)}  {', '.join(item.worker_ids)}  {item.error}")
+    for reason in status.unroutable:
+        console.print(f"[red]unserved[/red] {reason}")
 
 
 @cluster.group()
@@ -207,20 +192,175 @@ def controller() -> None:
 @click.option("--port", type=int, default=None, help="Controller port (default from config).")
 @click.pass_context
 def run_local(ctx: click.Context, port: int | None) -> None:
-    """Run the controller and the config's local workers in the foreground until Ctrl-C."""
+    """Run the controller and its autoscaler in the foreground.
+
+    Ctrl-C stops the controller and its workers; SIGTERM stops only the controller, leaving the
+    workers running for the next controller to adopt (that is what `cluster restart` uses).
+    """
     config, config_path = _load(ctx)
-    _require_local(config, config_path, "controller run-local")
+    if config.platform.WhichOneof("platform") != "local":
+        raise click.ClickException(f"{config_path}: run-local needs a local platform config")
     state_dir = local_state_dir(config)
     configured_port = config.controller.local.port if config.controller.HasField("local") else 0
-    local = LocalCluster(config, state_dir=state_dir, port=port if port is not None else configured_port)
+    # Without scale groups a local cluster still gets one plain worker, so it can run jobs.
+    local = LocalCluster(
+        config,
+        state_dir=state_dir,
+        port=port if port is not None else configured_port,
+        config_path=str(Path(config_path).resolve()),
+    )
     stop_requested = threading.Event()
+    interrupted = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
-    signal.signal(signal.SIGINT, lambda *_: stop_requested.set())
+
+    def on_interrupt(*_) -> None:
+        interrupted.set()
+        stop_requested.set()
+
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
-        local.start(progress=lambda message: click.echo(f"iris: {message}", err=True))
+        local.start(progress=lambda message: click.echo(f"iris: {message}", err=True), timeout=START_TIMEOUT_S)
         (state_dir / URL_FILE).write_text(local.url)
         click.echo(f"iris: cluster '{config.name}' ready at {local.url}; Ctrl-C to stop", err=True)
         stop_requested.wait()
     finally:
         (state_dir / URL_FILE).unlink(missing_ok=True)
-        local.stop()
+        local.stop(terminate_slices=interrupted.is_set())
+
+
+# ---------------------------------------------------------------- slices
+
+
+@cluster.group("slice")
+def slice_group() -> None:
+    """Create, list and terminate slices."""
+
+
+@slice_group.command("create")
+@click.option("--scale-group", required=True, help="The scale group to add a slice to.")
+@click.pass_context
+def slice_create(ctx: click.Context, scale_group: str) -> None:
+    """Add one slice to a scale group now, bypassing the autoscaler's delays."""
+    client, _ = _client(ctx)
+    with client, console.status(f"creating a slice in {scale_group}"):
+        created = client.call("create_slice", pb.CreateSliceRequest(scale_group=scale_group)).slice
+    click.echo(f"created {created.slice_id} in {created.scale_group} ({created.state.lower()})")
+
+
+@slice_group.command("list")
+@click.option("--scale-group", default="", help="Only this group's slices.")
+@click.option("--all", "include_deleted", is_flag=True, help="Include deleted slices.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def slice_list(ctx: click.Context, scale_group: str, include_deleted: bool, as_json: bool) -> None:
+    """List the cluster's slices."""
+    client, _ = _client(ctx)
+    with client:
+        slices = list(
+            client.call("list_slices", pb.ListSlicesRequest(scale_group=scale_group, include_deleted=include_deleted)).slices
+        )
+    if as_json:
+        print_json(slices)
+        return
+    if not slices:
+        click.echo("no slices")
+    for item in slices:
+        click.echo(
+            f"{item.slice_id}  {item.scale_group}  {item.state.lower()}  {age(item.created_at)}  "
+            f"workers: {', '.join(item.worker_ids) or '-'}  {item.error}".rstrip()
+        )
+
+
+@slice_group.command("get")
+@click.argument("slice_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def slice_get(ctx: click.Context, slice_id: str, as_json: bool) -> None:
+    """Show one slice and its history."""
+    client, _ = _client(ctx)
+    with client:
+        item = client.call("get_slice", pb.GetSliceRequest(slice_id=slice_id))
+    if as_json:
+        print_json(item)
+        return
+    click.echo(f"{item.slice_id}  {item.scale_group}  {item.state.lower()}  zone {item.zone or '-'}")
+    click.echo(f"  workers: {', '.join(item.worker_ids) or '-'}")
+    if item.error:
+        click.echo(f"  error: {item.error}")
+    for event in item.history:
+        click.echo(f"  {event.from_state.lower() or 'new'} -> {event.to_state.lower()}: {event.reason}")
+
+
+@slice_group.command("terminate")
+@click.argument("slice_id", required=False)
+@click.option("--all", "terminate_all", is_flag=True, help="Terminate every slice.")
+@click.pass_context
+def slice_terminate(ctx: click.Context, slice_id: str | None, terminate_all: bool) -> None:
+    """Terminate one slice (or --all); its tasks are retried elsewhere."""
+    if bool(slice_id) == terminate_all:
+        raise click.UsageError("give a SLICE_ID or --all")
+    client, _ = _client(ctx)
+    with client, console.status("terminating"):
+        ended = client.call(
+            "terminate_slice", pb.TerminateSliceRequest(slice_id=slice_id or "", all=terminate_all)
+        ).terminated_slice_ids
+    click.echo("terminated " + (", ".join(ended) if ended else "nothing"))
+
+
+# ---------------------------------------------------------------- autoscaler and VMs
+
+
+@cluster.group("autoscaler")
+def autoscaler_group() -> None:
+    """Inspect the autoscaler."""
+
+
+@autoscaler_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def autoscaler_status(ctx: click.Context, as_json: bool) -> None:
+    """Each scale group's state, slices and unmet demand, and recent actions."""
+    client, _ = _client(ctx)
+    with client:
+        status = client.call("get_autoscaler_status", pb.GetAutoscalerStatusRequest())
+    if as_json:
+        print_json(status)
+        return
+    if not status.enabled:
+        click.echo("the autoscaler is off: the config defines no scale_groups")
+        return
+    _print_groups(status)
+    console.print("[bold]recent actions[/bold]")
+    for action in list(status.recent_actions)[:20]:
+        console.print(f"  {age(action.at)}  {action.scale_group}  {action.action}  {action.slice_id}  {action.reason}")
+
+
+@cluster.group("vm")
+def vm_group() -> None:
+    """Workers as machines: their status and their own logs."""
+
+
+@vm_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def vm_status(ctx: click.Context, as_json: bool) -> None:
+    """Every worker the controller knows, with its state and load."""
+    client, _ = _client(ctx)
+    with client:
+        workers = client.list_workers()
+    if as_json:
+        print_json(workers)
+    else:
+        console.print(workers_table(workers))
+
+
+@vm_group.command("logs")
+@click.argument("worker_id")
+@click.option("--tail", type=int, default=200, show_default=True, help="Lines to show.")
+@click.pass_context
+def vm_logs(ctx: click.Context, worker_id: str, tail: int) -> None:
+    """A worker's own log (its daemon's output, not its tasks')."""
+    client, _ = _client(ctx)
+    with client:
+        logs = client.call("get_worker_logs", pb.GetWorkerLogsRequest(worker_id=worker_id, tail_lines=tail)).logs
+    click.echo(logs)

@@ -10,33 +10,24 @@ from pathlib import Path
 import click
 
 from iris.client.client import IrisClient
-from iris.config import apply_defaults, default_state_dir, load_and_validate
+from iris.cluster.controller.lifecycle import ClusterNotRunningError, connect_cluster, local_state_dir
+from iris.cluster.platform.base import PlatformError
+from iris.cluster.platform.factory import create_platform
+from iris.config import load_and_validate
 from iris.rpc import config_pb2
 
-URL_FILE = "controller.url"
-
-
-def local_state_dir(config: config_pb2.IrisClusterConfig) -> Path:
-    resolved = apply_defaults(config)
-    if resolved.controller.HasField("local") and resolved.controller.local.state_dir:
-        return Path(resolved.controller.local.state_dir)
-    return Path(default_state_dir(resolved.name))
-
-
 def controller_url_from_config(config: config_pb2.IrisClusterConfig, config_path: str) -> str:
-    platform = config.platform.WhichOneof("platform")
-    if platform != "local":
+    try:
+        platform = create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))
+        return connect_cluster(platform, config)
+    except ClusterNotRunningError:
         raise click.ClickException(
-            f"{config_path}: reaching a {platform} cluster's controller from its config is not supported by this "
-            "version yet; pass --controller-url (for example through an SSH tunnel or port-forward)"
-        )
-    url_file = local_state_dir(config) / URL_FILE
-    if not url_file.exists():
+            f"the cluster '{config.name}' is not running; start it with: iris cluster --config {config_path} start"
+        ) from None
+    except PlatformError as exc:
         raise click.ClickException(
-            f"the local cluster '{config.name}' is not running (no {url_file}); "
-            f"start it with: iris cluster --config {config_path} start"
-        )
-    return url_file.read_text().strip()
+            f"{config_path}: {exc}; pass --controller-url (for example through an SSH tunnel or port-forward)"
+        ) from None
 
 
 def resolve_controller_url(config_path: str | None, controller_url: str | None) -> str:

@@ -145,7 +145,8 @@ class IrisClient:
         progress: Callable[[str], None] | None = None,
     ) -> IrisClient:
         """Start a controller and `workers` worker processes here; `close()` stops them all."""
-        from iris.cluster.local_cluster import LocalCluster, LocalWorkerSpec
+        from iris.cluster.local_cluster import LocalCluster
+        from iris.cluster.platform.local import LocalWorkerSpec
 
         specs = None if config is not None else [LocalWorkerSpec(f"local-{i}") for i in range(workers)]
         cluster = LocalCluster(config=config, workers=specs).start(progress)

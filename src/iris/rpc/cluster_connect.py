@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .cluster_pb2 import FetchTaskLogsRequest, FetchTaskLogsResponse, GetJobStatusRequest, GetJobStatusResponse, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, TerminateJobRequest, TerminateJobResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
+from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -78,6 +78,24 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def list_endpoints(self, request: ListEndpointsRequest, ctx: RequestContext[ListEndpointsRequest, ListEndpointsResponse], /) -> ListEndpointsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_autoscaler_status(self, request: GetAutoscalerStatusRequest, ctx: RequestContext[GetAutoscalerStatusRequest, GetAutoscalerStatusResponse], /) -> GetAutoscalerStatusResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_slices(self, request: ListSlicesRequest, ctx: RequestContext[ListSlicesRequest, ListSlicesResponse], /) -> ListSlicesResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_slice(self, request: GetSliceRequest, ctx: RequestContext[GetSliceRequest, SliceInfo], /) -> SliceInfo:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def create_slice(self, request: CreateSliceRequest, ctx: RequestContext[CreateSliceRequest, CreateSliceResponse], /) -> CreateSliceResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def terminate_slice(self, request: TerminateSliceRequest, ctx: RequestContext[TerminateSliceRequest, TerminateSliceResponse], /) -> TerminateSliceResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_worker_logs(self, request: GetWorkerLogsRequest, ctx: RequestContext[GetWorkerLogsRequest, GetWorkerLogsResponse], /) -> GetWorkerLogsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -236,6 +254,72 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.list_endpoints,
+                ),
+                "/iris.cluster.ControllerService/GetAutoscalerStatus": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetAutoscalerStatus",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetAutoscalerStatusRequest,
+                        output=GetAutoscalerStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_autoscaler_status,
+                ),
+                "/iris.cluster.ControllerService/ListSlices": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListSlices",
+                        service_name="iris.cluster.ControllerService",
+                        input=ListSlicesRequest,
+                        output=ListSlicesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_slices,
+                ),
+                "/iris.cluster.ControllerService/GetSlice": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetSlice",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetSliceRequest,
+                        output=SliceInfo,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_slice,
+                ),
+                "/iris.cluster.ControllerService/CreateSlice": Endpoint.unary(
+                    method=MethodInfo(
+                        name="CreateSlice",
+                        service_name="iris.cluster.ControllerService",
+                        input=CreateSliceRequest,
+                        output=CreateSliceResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.create_slice,
+                ),
+                "/iris.cluster.ControllerService/TerminateSlice": Endpoint.unary(
+                    method=MethodInfo(
+                        name="TerminateSlice",
+                        service_name="iris.cluster.ControllerService",
+                        input=TerminateSliceRequest,
+                        output=TerminateSliceResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.terminate_slice,
+                ),
+                "/iris.cluster.ControllerService/GetWorkerLogs": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetWorkerLogs",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetWorkerLogsRequest,
+                        output=GetWorkerLogsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_worker_logs,
                 ),
             },
             interceptors=interceptors,
@@ -538,6 +622,126 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def get_autoscaler_status(
+        self,
+        request: GetAutoscalerStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetAutoscalerStatusResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetAutoscalerStatus",
+                service_name="iris.cluster.ControllerService",
+                input=GetAutoscalerStatusRequest,
+                output=GetAutoscalerStatusResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_slices(
+        self,
+        request: ListSlicesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListSlicesResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListSlices",
+                service_name="iris.cluster.ControllerService",
+                input=ListSlicesRequest,
+                output=ListSlicesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_slice(
+        self,
+        request: GetSliceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SliceInfo:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetSlice",
+                service_name="iris.cluster.ControllerService",
+                input=GetSliceRequest,
+                output=SliceInfo,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def create_slice(
+        self,
+        request: CreateSliceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> CreateSliceResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="CreateSlice",
+                service_name="iris.cluster.ControllerService",
+                input=CreateSliceRequest,
+                output=CreateSliceResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def terminate_slice(
+        self,
+        request: TerminateSliceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> TerminateSliceResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="TerminateSlice",
+                service_name="iris.cluster.ControllerService",
+                input=TerminateSliceRequest,
+                output=TerminateSliceResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_worker_logs(
+        self,
+        request: GetWorkerLogsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetWorkerLogsResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetWorkerLogs",
+                service_name="iris.cluster.ControllerService",
+                input=GetWorkerLogsRequest,
+                output=GetWorkerLogsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -580,6 +784,24 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def list_endpoints(self, request: ListEndpointsRequest, ctx: RequestContext[ListEndpointsRequest, ListEndpointsResponse], /) -> ListEndpointsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def get_autoscaler_status(self, request: GetAutoscalerStatusRequest, ctx: RequestContext[GetAutoscalerStatusRequest, GetAutoscalerStatusResponse], /) -> GetAutoscalerStatusResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def list_slices(self, request: ListSlicesRequest, ctx: RequestContext[ListSlicesRequest, ListSlicesResponse], /) -> ListSlicesResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def get_slice(self, request: GetSliceRequest, ctx: RequestContext[GetSliceRequest, SliceInfo], /) -> SliceInfo:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def create_slice(self, request: CreateSliceRequest, ctx: RequestContext[CreateSliceRequest, CreateSliceResponse], /) -> CreateSliceResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def terminate_slice(self, request: TerminateSliceRequest, ctx: RequestContext[TerminateSliceRequest, TerminateSliceResponse], /) -> TerminateSliceResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def get_worker_logs(self, request: GetWorkerLogsRequest, ctx: RequestContext[GetWorkerLogsRequest, GetWorkerLogsResponse], /) -> GetWorkerLogsResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -736,6 +958,72 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.list_endpoints,
+                ),
+                "/iris.cluster.ControllerService/GetAutoscalerStatus": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetAutoscalerStatus",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetAutoscalerStatusRequest,
+                        output=GetAutoscalerStatusResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.get_autoscaler_status,
+                ),
+                "/iris.cluster.ControllerService/ListSlices": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="ListSlices",
+                        service_name="iris.cluster.ControllerService",
+                        input=ListSlicesRequest,
+                        output=ListSlicesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.list_slices,
+                ),
+                "/iris.cluster.ControllerService/GetSlice": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetSlice",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetSliceRequest,
+                        output=SliceInfo,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.get_slice,
+                ),
+                "/iris.cluster.ControllerService/CreateSlice": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="CreateSlice",
+                        service_name="iris.cluster.ControllerService",
+                        input=CreateSliceRequest,
+                        output=CreateSliceResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.create_slice,
+                ),
+                "/iris.cluster.ControllerService/TerminateSlice": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="TerminateSlice",
+                        service_name="iris.cluster.ControllerService",
+                        input=TerminateSliceRequest,
+                        output=TerminateSliceResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.terminate_slice,
+                ),
+                "/iris.cluster.ControllerService/GetWorkerLogs": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetWorkerLogs",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetWorkerLogsRequest,
+                        output=GetWorkerLogsResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.get_worker_logs,
                 ),
             },
             interceptors=interceptors,
@@ -1032,6 +1320,126 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.cluster.ControllerService",
                 input=ListEndpointsRequest,
                 output=ListEndpointsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def get_autoscaler_status(
+        self,
+        request: GetAutoscalerStatusRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetAutoscalerStatusResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetAutoscalerStatus",
+                service_name="iris.cluster.ControllerService",
+                input=GetAutoscalerStatusRequest,
+                output=GetAutoscalerStatusResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def list_slices(
+        self,
+        request: ListSlicesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ListSlicesResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListSlices",
+                service_name="iris.cluster.ControllerService",
+                input=ListSlicesRequest,
+                output=ListSlicesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def get_slice(
+        self,
+        request: GetSliceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SliceInfo:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetSlice",
+                service_name="iris.cluster.ControllerService",
+                input=GetSliceRequest,
+                output=SliceInfo,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def create_slice(
+        self,
+        request: CreateSliceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> CreateSliceResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="CreateSlice",
+                service_name="iris.cluster.ControllerService",
+                input=CreateSliceRequest,
+                output=CreateSliceResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def terminate_slice(
+        self,
+        request: TerminateSliceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> TerminateSliceResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="TerminateSlice",
+                service_name="iris.cluster.ControllerService",
+                input=TerminateSliceRequest,
+                output=TerminateSliceResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def get_worker_logs(
+        self,
+        request: GetWorkerLogsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetWorkerLogsResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetWorkerLogs",
+                service_name="iris.cluster.ControllerService",
+                input=GetWorkerLogsRequest,
+                output=GetWorkerLogsResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -630,6 +630,159 @@ class ListEndpointsResponse(_message.Message):
     endpoints: _containers.RepeatedCompositeFieldContainer[Endpoint]
     def __init__(self, endpoints: _Optional[_Iterable[_Union[Endpoint, _Mapping]]] = ...) -> None: ...
 
+class SliceInfo(_message.Message):
+    __slots__ = ("slice_id", "scale_group", "zone", "state", "created_at", "updated_at", "error", "worker_ids", "labels", "idle", "history")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SLICE_ID_FIELD_NUMBER: _ClassVar[int]
+    SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    slice_id: str
+    scale_group: str
+    zone: str
+    state: str
+    created_at: _time_pb2.Timestamp
+    updated_at: _time_pb2.Timestamp
+    error: str
+    worker_ids: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    idle: bool
+    history: _containers.RepeatedCompositeFieldContainer[StateTransition]
+    def __init__(self, slice_id: _Optional[str] = ..., scale_group: _Optional[str] = ..., zone: _Optional[str] = ..., state: _Optional[str] = ..., created_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., error: _Optional[str] = ..., worker_ids: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle: _Optional[bool] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ...) -> None: ...
+
+class ScaleGroupStatus(_message.Message):
+    __slots__ = ("name", "state", "min_slices", "max_slices", "priority", "slices", "demand", "unmet_reason", "blocked_zones", "backoff_until", "consecutive_failures", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MIN_SLICES_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLICES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    UNMET_REASON_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_ZONES_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: str
+    min_slices: int
+    max_slices: int
+    priority: int
+    slices: _containers.RepeatedCompositeFieldContainer[SliceInfo]
+    demand: int
+    unmet_reason: str
+    blocked_zones: _containers.RepeatedScalarFieldContainer[str]
+    backoff_until: _time_pb2.Timestamp
+    consecutive_failures: int
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., min_slices: _Optional[int] = ..., max_slices: _Optional[int] = ..., priority: _Optional[int] = ..., slices: _Optional[_Iterable[_Union[SliceInfo, _Mapping]]] = ..., demand: _Optional[int] = ..., unmet_reason: _Optional[str] = ..., blocked_zones: _Optional[_Iterable[str]] = ..., backoff_until: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., consecutive_failures: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class AutoscalerAction(_message.Message):
+    __slots__ = ("at", "scale_group", "action", "slice_id", "zone", "reason")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SLICE_ID_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    at: _time_pb2.Timestamp
+    scale_group: str
+    action: str
+    slice_id: str
+    zone: str
+    reason: str
+    def __init__(self, at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., scale_group: _Optional[str] = ..., action: _Optional[str] = ..., slice_id: _Optional[str] = ..., zone: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GetAutoscalerStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAutoscalerStatusResponse(_message.Message):
+    __slots__ = ("enabled", "groups", "recent_actions", "unroutable")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    UNROUTABLE_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    groups: _containers.RepeatedCompositeFieldContainer[ScaleGroupStatus]
+    recent_actions: _containers.RepeatedCompositeFieldContainer[AutoscalerAction]
+    unroutable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, enabled: _Optional[bool] = ..., groups: _Optional[_Iterable[_Union[ScaleGroupStatus, _Mapping]]] = ..., recent_actions: _Optional[_Iterable[_Union[AutoscalerAction, _Mapping]]] = ..., unroutable: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListSlicesRequest(_message.Message):
+    __slots__ = ("scale_group", "include_deleted")
+    SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DELETED_FIELD_NUMBER: _ClassVar[int]
+    scale_group: str
+    include_deleted: bool
+    def __init__(self, scale_group: _Optional[str] = ..., include_deleted: _Optional[bool] = ...) -> None: ...
+
+class ListSlicesResponse(_message.Message):
+    __slots__ = ("slices",)
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    slices: _containers.RepeatedCompositeFieldContainer[SliceInfo]
+    def __init__(self, slices: _Optional[_Iterable[_Union[SliceInfo, _Mapping]]] = ...) -> None: ...
+
+class GetSliceRequest(_message.Message):
+    __slots__ = ("slice_id",)
+    SLICE_ID_FIELD_NUMBER: _ClassVar[int]
+    slice_id: str
+    def __init__(self, slice_id: _Optional[str] = ...) -> None: ...
+
+class CreateSliceRequest(_message.Message):
+    __slots__ = ("scale_group",)
+    SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    scale_group: str
+    def __init__(self, scale_group: _Optional[str] = ...) -> None: ...
+
+class CreateSliceResponse(_message.Message):
+    __slots__ = ("slice",)
+    SLICE_FIELD_NUMBER: _ClassVar[int]
+    slice: SliceInfo
+    def __init__(self, slice: _Optional[_Union[SliceInfo, _Mapping]] = ...) -> None: ...
+
+class TerminateSliceRequest(_message.Message):
+    __slots__ = ("slice_id", "all")
+    SLICE_ID_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    slice_id: str
+    all: bool
+    def __init__(self, slice_id: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class TerminateSliceResponse(_message.Message):
+    __slots__ = ("terminated_slice_ids",)
+    TERMINATED_SLICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    terminated_slice_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, terminated_slice_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetWorkerLogsRequest(_message.Message):
+    __slots__ = ("worker_id", "tail_lines")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    tail_lines: int
+    def __init__(self, worker_id: _Optional[str] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+
+class GetWorkerLogsResponse(_message.Message):
+    __slots__ = ("logs",)
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    logs: str
+    def __init__(self, logs: _Optional[str] = ...) -> None: ...
+
 class RunTaskRequest(_message.Message):
     __slots__ = ("task_id", "job_id", "attempt_id", "task_index", "num_tasks", "entrypoint", "resources", "environment", "bundle_uri", "bundle_sha256", "ports", "timeout", "env")
     class EnvEntry(_message.Message):

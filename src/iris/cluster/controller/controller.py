@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyqwest
 
 from iris import chaos
+from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
@@ -55,6 +56,8 @@ class Controller:
         self._http = pyqwest.Client()
         self._worker_clients: dict[str, WorkerServiceClient] = {}
         self._stopping = False
+        # Set by the daemon when the cluster config has scale groups.
+        self.autoscaler: Autoscaler | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -69,9 +72,13 @@ class Controller:
         for worker in self.store.live_workers():
             self.request_heartbeat(worker["worker_id"])
         self.wake_scheduler()
+        if self.autoscaler is not None:
+            self.autoscaler.start()
 
     async def stop(self) -> None:
         self._stopping = True
+        if self.autoscaler is not None:
+            await asyncio.to_thread(self.autoscaler.stop)
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -96,6 +103,11 @@ class Controller:
         if effects.wake_scheduler:
             self.wake_scheduler()
 
+    def apply_effects_threadsafe(self, effects: Effects) -> None:
+        """For other threads (the autoscaler): hand the effects to the controller's loop."""
+        if self._loop is not None and not self._stopping:
+            self._loop.call_soon_threadsafe(self.apply_effects, effects)
+
     def request_heartbeat(self, worker_id: str) -> None:
         if self._stopping:
             return
@@ -119,6 +131,8 @@ class Controller:
             if not request.constraints:
                 request.constraints.extend(parent.constraints)
         self.apply_effects(self.store.create_job(job_id, request, now_ms()))
+        if self.autoscaler is not None:
+            self.autoscaler.wake()
         return job_id
 
     def _job_id_for(self, request: pb.LaunchJobRequest) -> str:

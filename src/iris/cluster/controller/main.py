@@ -16,10 +16,13 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from iris.chaos import load_from_env
+from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller, ControllerSettings
 from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.store import ControllerStore
+from iris.cluster.platform.base import PlatformError
+from iris.cluster.platform.factory import create_platform
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.types import job_state_name
 from iris.config import DEFAULT_CONTROLLER_PORT, ConfigError, load_and_validate
@@ -47,6 +50,8 @@ class ControllerDaemon:
         worker_timeout_s: float = 60.0,
         advertise_host: str | None = None,
         scheduler_fallback_interval_s: float = 1.0,
+        cluster_config: config_pb2.IrisClusterConfig | None = None,
+        config_path: str | None = None,
     ):
         if not bundle_prefix:
             raise ValueError(
@@ -68,8 +73,14 @@ class ControllerDaemon:
                 scheduler_fallback_interval_s=scheduler_fallback_interval_s,
             ),
         )
+        self.platform = None
+        if cluster_config is not None and cluster_config.scale_groups:
+            self.platform = create_platform(cluster_config, state_dir, config_path)
+            self.controller.autoscaler = Autoscaler(
+                self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
+            )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, MAX_BUNDLE_BYTES), read_max_bytes=MAX_REQUEST_BYTES
+            ControllerServiceImpl(self.controller, MAX_BUNDLE_BYTES, self.platform), read_max_bytes=MAX_REQUEST_BYTES
         )
         app = build_app(
             [service],
@@ -87,6 +98,7 @@ class ControllerDaemon:
         host: str | None = None,
         port: int | None = None,
         bundle_prefix: str | None = None,
+        config_path: str | None = None,
     ) -> ControllerDaemon:
         local = config.controller.local if config.controller.WhichOneof("controller") == "local" else None
         if state_dir is None:
@@ -101,6 +113,8 @@ class ControllerDaemon:
             port=port,
             heartbeat_interval_s=timeouts.heartbeat_interval.milliseconds / 1000,
             worker_timeout_s=timeouts.worker_timeout.milliseconds / 1000,
+            cluster_config=config,
+            config_path=config_path,
         )
 
     async def _health(self, request: Request) -> JSONResponse:
@@ -154,9 +168,14 @@ def serve(
     try:
         config = load_and_validate(config_path)
         daemon = ControllerDaemon.from_config(
-            config, Path(state_dir).expanduser() if state_dir else None, host, port, bundle_prefix
+            config,
+            Path(state_dir).expanduser() if state_dir else None,
+            host,
+            port,
+            bundle_prefix,
+            str(Path(config_path).resolve()),
         )
-    except (ConfigError, ValueError, PortInUseError) as exc:
+    except (ConfigError, ValueError, PortInUseError, PlatformError) as exc:
         raise click.ClickException(str(exc)) from None
     logger.info("controller serving on %s (state in %s)", daemon.url, daemon.state_dir)
     print(f"IRIS_CONTROLLER_READY {daemon.url}", flush=True)

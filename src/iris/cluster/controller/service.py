@@ -6,6 +6,7 @@ unexpected exception becomes INTERNAL with its one-line reason, and the server k
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import logging
@@ -16,11 +17,13 @@ from typing import TypeVar
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from iris.cluster.controller.autoscaler import Autoscaler, slice_info
 from iris.cluster.controller.controller import Controller, now_ms
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
+from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.storage import StorageError
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,10 @@ def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise ConnectError(Code.ALREADY_EXISTS, str(exc)) from None
         except StorageError as exc:
             raise ConnectError(Code.UNAVAILABLE, str(exc)) from None
+        except ResourceNotFoundError as exc:
+            raise ConnectError(Code.NOT_FOUND, str(exc)) from None
+        except PlatformError as exc:
+            raise ConnectError(Code.UNAVAILABLE, str(exc)) from None
         except ValueError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from None
         except Exception as exc:
@@ -63,10 +70,19 @@ def _job_id(text: str) -> str:
 
 
 class ControllerServiceImpl:
-    def __init__(self, controller: Controller, max_bundle_bytes: int):
+    def __init__(self, controller: Controller, max_bundle_bytes: int, platform: Platform | None = None):
         self._controller = controller
         self._store = controller.store
         self._max_bundle_bytes = max_bundle_bytes
+        self._platform = platform
+
+    def _autoscaler(self) -> Autoscaler:
+        if self._controller.autoscaler is None:
+            raise ConnectError(
+                Code.FAILED_PRECONDITION,
+                "this controller has no autoscaler: its cluster config defines no scale_groups",
+            )
+        return self._controller.autoscaler
 
     @_rpc
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
@@ -219,3 +235,52 @@ class ControllerServiceImpl:
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
         return pb.ListEndpointsResponse(endpoints=self._store.list_endpoints(prefix))
+
+    @_rpc
+    async def get_autoscaler_status(
+        self, request: pb.GetAutoscalerStatusRequest, ctx
+    ) -> pb.GetAutoscalerStatusResponse:
+        if self._controller.autoscaler is None:
+            return pb.GetAutoscalerStatusResponse(enabled=False)
+        return await asyncio.to_thread(self._controller.autoscaler.status)
+
+    @_rpc
+    async def list_slices(self, request: pb.ListSlicesRequest, ctx) -> pb.ListSlicesResponse:
+        rows = self._store.slices(include_deleted=request.include_deleted)
+        return pb.ListSlicesResponse(
+            slices=[slice_info(r) for r in rows if not request.scale_group or r["scale_group"] == request.scale_group]
+        )
+
+    @_rpc
+    async def get_slice(self, request: pb.GetSliceRequest, ctx) -> pb.SliceInfo:
+        for row in self._store.slices(include_deleted=True):
+            if row["slice_id"] == request.slice_id:
+                return slice_info(row, history=self._store.slice_history(request.slice_id))
+        raise NotFoundError(f"slice {request.slice_id} not found")
+
+    @_rpc
+    async def create_slice(self, request: pb.CreateSliceRequest, ctx) -> pb.CreateSliceResponse:
+        autoscaler = self._autoscaler()
+        slice_id = await asyncio.to_thread(autoscaler.create_slice, request.scale_group)
+        row = next(r for r in self._store.slices() if r["slice_id"] == slice_id)
+        return pb.CreateSliceResponse(slice=slice_info(row))
+
+    @_rpc
+    async def terminate_slice(self, request: pb.TerminateSliceRequest, ctx) -> pb.TerminateSliceResponse:
+        autoscaler = self._autoscaler()
+        if request.all:
+            ended = await asyncio.to_thread(autoscaler.terminate_all)
+        else:
+            if not request.slice_id:
+                raise ValueError("give a slice_id, or all=true")
+            await asyncio.to_thread(autoscaler.terminate_slice, request.slice_id)
+            ended = [request.slice_id]
+        return pb.TerminateSliceResponse(terminated_slice_ids=ended)
+
+    @_rpc
+    async def get_worker_logs(self, request: pb.GetWorkerLogsRequest, ctx) -> pb.GetWorkerLogsResponse:
+        if self._platform is None:
+            raise ConnectError(Code.FAILED_PRECONDITION, "this controller manages no platform, so it has no worker logs")
+        tail = request.tail_lines or 200
+        logs = await asyncio.to_thread(self._platform.worker_logs, request.worker_id, tail)
+        return pb.GetWorkerLogsResponse(logs=logs)

@@ -151,6 +151,21 @@ MIGRATIONS: list[str] = [
     ALTER TABLE tasks ADD COLUMN pending_since_ms INTEGER;
     UPDATE tasks SET pending_since_ms = (SELECT submitted_at_ms FROM jobs WHERE jobs.job_id = tasks.job_id);
     """,
+    # 3: slices the autoscaler created or adopted
+    """
+    CREATE TABLE slices (
+        slice_id TEXT PRIMARY KEY,
+        scale_group TEXT NOT NULL,
+        zone TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        error TEXT NOT NULL DEFAULT '',
+        labels TEXT NOT NULL DEFAULT '{}',
+        worker_ids TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX slices_group ON slices(scale_group, state);
+    """,
 ]
 
 logger = logging.getLogger(__name__)
@@ -993,6 +1008,77 @@ class ControllerStore:
                 silent = (now_ms - worker["last_heartbeat_ms"]) / 1000
                 detail = f" (last error: {worker['error']})" if worker["error"] else ""
                 self._fail_worker(worker, f"no successful heartbeat for {silent:.0f}s{detail}", now_ms, effects)
+        return effects
+
+    # ------------------------------------------------------------ slices
+
+    def record_slice(
+        self,
+        slice_id: str,
+        scale_group: str,
+        zone: str,
+        state: str,
+        reason: str,
+        now_ms: int,
+        labels: dict[str, str] | None = None,
+        created_at_ms: int | None = None,
+    ) -> None:
+        """Remember a slice the autoscaler just asked for, or one it found already running."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO slices(slice_id, scale_group, zone, state, created_at_ms, updated_at_ms, labels)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (slice_id, scale_group, zone, state, created_at_ms or now_ms, now_ms, json.dumps(labels or {})),
+            )
+            db.execute(
+                "INSERT INTO transitions(kind, entity_id, from_state, to_state, reason, at_ms) VALUES ('slice',?,?,?,?,?)",
+                (slice_id, "", state, reason, now_ms),
+            )
+
+    def update_slice(
+        self,
+        slice_id: str,
+        state: str,
+        reason: str,
+        now_ms: int,
+        error: str = "",
+        worker_ids: list[str] | None = None,
+    ) -> None:
+        with self._write() as db:
+            row = db.execute("SELECT state, worker_ids FROM slices WHERE slice_id=?", (slice_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"slice {slice_id} not found")
+            self._transition("slice", slice_id, row["state"], state, reason, now_ms)
+            db.execute(
+                "UPDATE slices SET state=?, updated_at_ms=?, error=CASE WHEN ?='' THEN error ELSE ? END,"
+                " worker_ids=? WHERE slice_id=?",
+                (
+                    state,
+                    now_ms,
+                    error,
+                    error,
+                    json.dumps(worker_ids) if worker_ids is not None else row["worker_ids"],
+                    slice_id,
+                ),
+            )
+
+    def slices(self, include_deleted: bool = False) -> list[sqlite3.Row]:
+        with self._read() as db:
+            clause = "" if include_deleted else "WHERE state != 'DELETED'"
+            return db.execute(f"SELECT * FROM slices {clause} ORDER BY created_at_ms, slice_id").fetchall()
+
+    def slice_history(self, slice_id: str) -> list[pb.StateTransition]:
+        with self._read():
+            return self._history("slice", slice_id)
+
+    def fail_workers(self, worker_ids: list[str], reason: str, now_ms: int) -> Effects:
+        """Workers known to be gone (their slice died): fail them now rather than at their timeout."""
+        effects = Effects()
+        with self._write() as db:
+            for worker_id in worker_ids:
+                worker = db.execute("SELECT * FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
+                if worker is not None and worker["state"] in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
+                    self._fail_worker(worker, reason, now_ms, effects)
         return effects
 
     # ------------------------------------------------------------ reads

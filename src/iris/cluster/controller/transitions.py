@@ -135,11 +135,38 @@ WORKER_TRANSITIONS: dict[int, dict[int, str]] = {
     },
 }
 
+# A slice's life as the controller records it; the cloud's own states arrive through describe().
+SLICE_TRANSITIONS: dict[str, dict[str, str]] = {
+    "CREATING": {
+        "BOOTSTRAPPING": "the platform provisioned it and is starting workers",
+        "READY": "its workers are up",
+        "FAILED": "provisioning or bootstrap failed",
+        "DELETING": "scaled down or terminated before it was ready",
+    },
+    "BOOTSTRAPPING": {
+        "READY": "its workers are up",
+        "FAILED": "bootstrap failed",
+        "DELETING": "scaled down or terminated before it was ready",
+    },
+    "READY": {
+        "FAILED": "the slice died (preempted, a worker lost, or it vanished)",
+        "DELETING": "scaled down or terminated",
+    },
+    "FAILED": {
+        "DELETING": "its remains are being cleaned up",
+    },
+    "DELETING": {
+        "DELETED": "the platform removed it",
+    },
+    "DELETED": {},
+}
+
 _TABLES = {
     "task": (TASK_TRANSITIONS, pb.TaskState.Name),
     "attempt": (ATTEMPT_TRANSITIONS, pb.TaskState.Name),
     "job": (JOB_TRANSITIONS, pb.JobState.Name),
     "worker": (WORKER_TRANSITIONS, pb.WorkerState.Name),
+    "slice": (SLICE_TRANSITIONS, str),
 }
 
 
@@ -147,7 +174,7 @@ class InvalidTransitionError(RuntimeError):
     pass
 
 
-def check_transition(kind: str, entity_id: str, old: int, new: int, history: Iterable[str] = ()) -> None:
+def check_transition(kind: str, entity_id: str, old: int | str, new: int | str, history: Iterable[str] = ()) -> None:
     """Raise with the entity's story when `old -> new` is not an edge of its table."""
     table, name = _TABLES[kind]
     if new not in table.get(old, {}):
@@ -157,7 +184,7 @@ def check_transition(kind: str, entity_id: str, old: int, new: int, history: Ite
         )
 
 
-def state_label(kind: str, state: int) -> str:
+def state_label(kind: str, state: int | str) -> str:
     return _TABLES[kind][1](state)
 
 

@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from iris.chaos import load_from_env
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
-from iris.cluster.runtime.types import ContainerRuntime
+from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.worker.env_probe import probe
 from iris.cluster.worker.service import WorkerServiceImpl
 from iris.cluster.worker.worker import Worker, WorkerSettings
@@ -43,6 +43,17 @@ def create_runtime(name: str, state_dir: Path) -> ContainerRuntime:
         from iris.cluster.runtime.process import ProcessRuntime
 
         return ProcessRuntime(state_dir)
+    try:
+        if name == "docker":
+            from iris.cluster.runtime.docker import DockerRuntime
+
+            return DockerRuntime()
+        if name == "containerd":
+            from iris.cluster.runtime.containerd import ContainerdRuntime
+
+            return ContainerdRuntime(state_dir)
+    except ContainerError as exc:
+        raise click.ClickException(f"--runtime {name}: {exc}") from None
     raise click.UsageError(f"runtime {name!r} is not available in this build of the worker; use --runtime process")
 
 

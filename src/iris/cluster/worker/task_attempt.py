@@ -248,8 +248,11 @@ class TaskAttempt:
         entry = request.entrypoint.WhichOneof("kind")
         if entry == "callable":
             (self.workdir / CALLABLE_FILE).write_bytes(request.entrypoint.callable.pickled)
+            # In a container the worker's interpreter path means nothing; the task image's python3
+            # has iris (and so cloudpickle and the callable runner) installed.
+            python = sys.executable if self._ctx.runtime.name == "process" else "python3"
             command = [
-                sys.executable,
+                python,
                 "-m",
                 "iris.cluster.worker.callable_runner",
                 str(self.workdir / CALLABLE_FILE),

@@ -1,0 +1,614 @@
+"""The autoscaler: capacity that follows demand.
+
+`plan()` is pure: demand (pending tasks, a gang counting as one unit), the scale groups and the
+slices they have, and the time in; which slices to create and which to remove, and why demand is
+unmet, out. `Autoscaler` is the I/O around it, on its own thread so that slow cloud calls never
+hold up scheduling: each evaluation observes every slice through `describe()`, records what
+changed in the store, plans, and carries out the plan through the `Platform`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from iris.cluster.controller.scaling_group import ScalingGroup
+from iris.cluster.controller.scheduler import TaskDemand
+from iris.cluster.controller.store import ControllerStore, Effects
+from iris.cluster.platform.base import (
+    CloudSliceState,
+    Labels,
+    Platform,
+    PlatformError,
+    QuotaExhaustedError,
+    ResourceNotFoundError,
+    SliceHandle,
+    prepare_slice_config,
+)
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc import config_pb2
+from iris.rpc import time_pb2
+
+logger = logging.getLogger(__name__)
+
+# Slices one group may request in one evaluation: a burst of demand ramps up over a few rounds
+# instead of asking the cloud for everything at once.
+MAX_SCALE_UPS_PER_EVALUATION = 4
+RECENT_ACTIONS = 200
+IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------- pure planning
+
+
+@dataclass(frozen=True)
+class DemandUnit:
+    """What must be placed together: one task, or every pending task of a gang."""
+
+    job_id: str
+    task_ids: tuple[str, ...]
+    demand: TaskDemand
+
+    @property
+    def gang_size(self) -> int:
+        return len(self.task_ids) if self.demand.gang_group_by else 1
+
+
+def demand_units(pending: list[TaskDemand]) -> list[DemandUnit]:
+    units: list[DemandUnit] = []
+    gangs: dict[str, list[TaskDemand]] = collections.defaultdict(list)
+    for task in pending:
+        if task.gang_group_by:
+            gangs[task.job_id].append(task)
+        else:
+            units.append(DemandUnit(task.job_id, (task.task_id,), task))
+    for job_id, tasks in gangs.items():
+        units.append(DemandUnit(job_id, tuple(t.task_id for t in tasks), tasks[0]))
+    return units
+
+
+@dataclass(frozen=True)
+class SliceView:
+    slice_id: str
+    group: str
+    zone: str
+    state: str
+    # Since when every worker of the slice has run nothing; None while busy or not yet up.
+    idle_since_ms: int | None = None
+    # READY and every worker registered with the controller.
+    registered: bool = False
+
+
+@dataclass(frozen=True)
+class AutoscalerSettings:
+    scale_up_delay_ms: int = 60_000
+    scale_down_delay_ms: int = 300_000
+    quota_backoff_ms: int = 300_000
+    failure_backoff_base_ms: int = 10_000
+    failure_backoff_max_ms: int = 600_000
+    startup_grace_ms: int = 600_000
+
+
+@dataclass
+class Plan:
+    scale_up: dict[str, int] = field(default_factory=dict)  # group -> slices to create
+    scale_down: list[tuple[str, str]] = field(default_factory=list)  # (group, slice_id)
+    demand: dict[str, int] = field(default_factory=dict)  # group -> units routed to it
+    unmet: dict[str, str] = field(default_factory=dict)  # group -> why its demand waits
+    unroutable: list[str] = field(default_factory=list)  # demand no group can serve, with reason
+    reasons: dict[str, str] = field(default_factory=dict)  # group -> why it scales
+
+
+def group_state(group: ScalingGroup, slices: list[SliceView], now_ms: int) -> str:
+    live = [s for s in slices if s.state not in ("DELETING", "DELETED", "FAILED")]
+    if group.backoff_until_ms > now_ms:
+        return "backoff"
+    if not group.available_zones(now_ms):
+        return "quota-blocked"
+    if len(live) >= group.max_slices:
+        return "at-max"
+    return "available"
+
+
+def plan(
+    groups: list[ScalingGroup],
+    slices: list[SliceView],
+    units: list[DemandUnit],
+    now_ms: int,
+    settings: AutoscalerSettings,
+) -> Plan:
+    """Decide, without side effects, which slices to add and remove.
+
+    Demand goes to the first group, by priority then name, that can serve it and may grow now;
+    demand that only unavailable groups could serve is reported with their reason. Slices being
+    created count as capacity on the way, so a slow bootstrap does not trigger more requests, and
+    a group with any demand routed to it never loses a slice: that is what keeps a waiting gang
+    from making the autoscaler add and remove slices in turn.
+    """
+    result = Plan()
+    ordered = sorted(groups, key=lambda g: (g.priority, g.name))
+    by_group: dict[str, list[SliceView]] = {g.name: [s for s in slices if s.group == g.name] for g in groups}
+    live = {
+        g.name: [s for s in by_group[g.name] if s.state not in ("DELETING", "DELETED", "FAILED")] for g in groups
+    }
+    room = {g.name: max(0, g.max_slices - len(live[g.name])) for g in groups}
+    states = {g.name: group_state(g, by_group[g.name], now_ms) for g in groups}
+    need: dict[str, float] = collections.defaultdict(float)
+
+    for unit in units:
+        able = [(g, g.cannot_serve(unit.demand, unit.gang_size)) for g in ordered]
+        servers = [g for g, why in able if not why]
+        if not servers:
+            detail = "; ".join(f"{g.name}: {why}" for g, why in able) or "no scale groups are configured"
+            result.unroutable.append(f"{unit.job_id}: no scale group can run it ({detail})")
+            continue
+        chosen = next((g for g in servers if states[g.name] == "available" and room[g.name] > 0), None)
+        if chosen is None:
+            first = servers[0]
+            result.unmet.setdefault(first.name, _unavailable_reason(first, states[first.name], now_ms))
+            result.demand[first.name] = result.demand.get(first.name, 0) + 1
+            continue
+        result.demand[chosen.name] = result.demand.get(chosen.name, 0) + 1
+        if unit.gang_size > 1:
+            need[chosen.name] += 1
+        else:
+            need[chosen.name] += 1 / chosen.tasks_per_slice(unit.demand)
+
+    for group in ordered:
+        name = group.name
+        group_slices = live[name]
+        coming = sum(1 for s in group_slices if s.state in IN_FLIGHT or (s.state == "READY" and not s.registered))
+        wanted = math.ceil(need.get(name, 0) - 1e-9)
+        delayed = (
+            group.demand_since_ms is not None and now_ms - group.demand_since_ms < settings.scale_up_delay_ms
+        )
+        add = 0
+        if wanted > coming and not delayed:
+            add = wanted - coming
+            result.reasons[name] = f"{result.demand.get(name, 0)} pending unit(s) need {wanted} more slice(s)"
+        elif wanted > coming:
+            wait_s = (settings.scale_up_delay_ms - (now_ms - (group.demand_since_ms or now_ms))) / 1000
+            result.unmet.setdefault(name, f"waiting {wait_s:.0f}s more (scale_up_delay) before adding slices")
+        if len(group_slices) < group.min_slices:
+            if group.min_slices - len(group_slices) > add:
+                result.reasons[name] = f"below min_slices ({len(group_slices)} < {group.min_slices})"
+            add = max(add, group.min_slices - len(group_slices))
+        if states[name] != "available":
+            add = 0
+        add = min(add, room[name], MAX_SCALE_UPS_PER_EVALUATION)
+        if add:
+            result.scale_up[name] = add
+
+        if result.demand.get(name):
+            continue
+        idle = sorted(
+            (s for s in group_slices if s.state == "READY" and s.idle_since_ms is not None),
+            key=lambda s: s.idle_since_ms or 0,
+        )
+        removable = len(group_slices) - group.min_slices
+        for view in idle:
+            if removable <= 0:
+                break
+            if now_ms - (view.idle_since_ms or now_ms) >= settings.scale_down_delay_ms:
+                result.scale_down.append((name, view.slice_id))
+                removable -= 1
+    return result
+
+
+def _unavailable_reason(group: ScalingGroup, state: str, now_ms: int) -> str:
+    if state == "backoff":
+        wait = (group.backoff_until_ms - now_ms) / 1000
+        return f"{group.name} is backing off for {wait:.0f}s after {group.consecutive_failures} failure(s): {group.last_failure}"
+    if state == "quota-blocked":
+        zones = ", ".join(f"{z or 'default'} ({why})" for z, (_, why) in sorted(group.blocked_zones.items()))
+        return f"{group.name} has no zone with quota: {zones}"
+    if state == "at-max":
+        return f"{group.name} is at max_slices ({group.max_slices})"
+    return f"{group.name} cannot grow now"
+
+
+# ---------------------------------------------------------------- the I/O around it
+
+
+@dataclass
+class _Tracked:
+    handle: SliceHandle
+    group: str
+    zone: str
+    # When the slice reached READY, for the registration deadline.
+    ready_at_ms: int | None = None
+
+
+class Autoscaler:
+    def __init__(
+        self,
+        store: ControllerStore,
+        platform: Platform,
+        config: config_pb2.IrisClusterConfig,
+        controller_address: str,
+        apply_effects: Callable[[Effects], None],
+        evaluation_interval_s: float | None = None,
+    ):
+        self._store = store
+        self._platform = platform
+        self._config = config
+        self._controller_address = controller_address
+        self._apply_effects = apply_effects
+        self._labels = Labels(config.platform.label_prefix or "iris")
+        auto = config.defaults.autoscaler
+        timeouts = config.defaults.timeouts
+        self.settings = AutoscalerSettings(
+            scale_up_delay_ms=auto.scale_up_delay.milliseconds,
+            scale_down_delay_ms=auto.scale_down_delay.milliseconds,
+            quota_backoff_ms=auto.quota_backoff.milliseconds,
+            failure_backoff_base_ms=max(1000, auto.evaluation_interval.milliseconds),
+            failure_backoff_max_ms=auto.failure_backoff_max.milliseconds,
+            startup_grace_ms=max(auto.startup_grace_period.milliseconds, timeouts.init_timeout.milliseconds),
+        )
+        self._interval_s = evaluation_interval_s or auto.evaluation_interval.milliseconds / 1000 or 10.0
+        self.groups = {name: ScalingGroup(group) for name, group in sorted(config.scale_groups.items())}
+        self._tracked: dict[str, _Tracked] = {}
+        self._idle_since: dict[str, int] = {}
+        self._actions: collections.deque[pb.AutoscalerAction] = collections.deque(maxlen=RECENT_ACTIONS)
+        self._last_plan = Plan()
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="autoscaler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self._platform.shutdown()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        try:
+            self.adopt_existing()
+        except Exception:
+            logger.exception("adopting existing slices failed; will retry on the next evaluation")
+        while not self._stop.is_set():
+            try:
+                self.evaluate()
+            except Exception:
+                logger.exception("autoscaler evaluation failed")
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _record(self, group: str, action: str, slice_id: str = "", zone: str = "", reason: str = "") -> None:
+        logger.info("autoscaler %s %s %s %s", action, group, slice_id, reason)
+        self._actions.append(
+            pb.AutoscalerAction(
+                at=time_pb2.Timestamp(epoch_ms=_ms()),
+                scale_group=group,
+                action=action,
+                slice_id=slice_id,
+                zone=zone,
+                reason=reason,
+            )
+        )
+
+    def _zones(self) -> list[str]:
+        return sorted({z for g in self.groups.values() for z in g.zones()})
+
+    # ------------------------------------------------------------ adoption
+
+    def adopt_existing(self) -> None:
+        """After a (re)start: take over the slices that exist and are ours, end the ones no group
+        owns, and forget records of slices that vanished while the controller was away."""
+        now = _ms()
+        found = self._platform.list_slices(self._zones(), {self._labels.managed: "true"})
+        known = {row["slice_id"]: row for row in self._store.slices()}
+        seen = set()
+        for handle in found:
+            seen.add(handle.slice_id)
+            group = handle.scale_group
+            if group not in self.groups:
+                self._record(group, "terminate_orphan", handle.slice_id, handle.zone, f"no scale group named {group!r}")
+                handle.terminate()
+                continue
+            if handle.slice_id not in known:
+                self._store.record_slice(
+                    handle.slice_id, group, handle.zone, "CREATING", "found running at controller start", now,
+                    handle.labels, handle.created_at.epoch_ms,
+                )  # fmt: skip
+                self._record(group, "adopt", handle.slice_id, handle.zone, "found running at controller start")
+            with self._lock:
+                self._tracked[handle.slice_id] = _Tracked(handle, group, handle.zone)
+        for slice_id, row in known.items():
+            if slice_id not in seen and row["state"] not in ("DELETED",):
+                self._vanished(slice_id, row["scale_group"], row["state"], now)
+
+    def _vanished(self, slice_id: str, group: str, state: str, now: int) -> None:
+        reason = "the slice no longer exists on the platform"
+        if state not in ("FAILED", "DELETING"):
+            self._store.update_slice(slice_id, "FAILED", reason, now, error=reason)
+            self._fail_slice_workers(slice_id, reason)
+        if state != "DELETING":
+            self._store.update_slice(slice_id, "DELETING", "cleaning up", now)
+        self._store.update_slice(slice_id, "DELETED", reason, now)
+        self._record(group, "failed", slice_id, reason=reason)
+
+    def _fail_slice_workers(self, slice_id: str, reason: str) -> None:
+        worker_ids = [
+            w.worker_id for w in self._store.list_workers() if _attr(w, "slice-id") == slice_id
+        ]
+        if worker_ids:
+            self._apply_effects(self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", _ms()))
+
+    # ------------------------------------------------------------ one evaluation
+
+    def evaluate(self) -> Plan:
+        self._observe_slices()
+        now = _ms()
+        views = self._slice_views(now)
+        demands, _ = self._store.scheduling_inputs()
+        units = demand_units(demands)
+        with self._lock:
+            groups = list(self.groups.values())
+            result = plan(groups, views, units, now, self.settings)
+            for group in groups:
+                if result.demand.get(group.name):
+                    if group.demand_since_ms is None:
+                        group.demand_since_ms = now
+                else:
+                    group.demand_since_ms = None
+            self._last_plan = result
+        for name, count in result.scale_up.items():
+            for _ in range(count):
+                if not self._scale_up(self.groups[name], result.reasons.get(name, "demand")):
+                    break
+        for name, slice_id in result.scale_down:
+            self._terminate(slice_id, f"idle for {self.settings.scale_down_delay_ms / 1000:.0f}s (scale_down_delay)")
+        return result
+
+    def _slice_views(self, now: int) -> list[SliceView]:
+        busy: dict[str, bool] = {}
+        registered: dict[str, set[str]] = collections.defaultdict(set)
+        for worker in self._store.list_workers():
+            slice_id = _attr(worker, "slice-id")
+            if not slice_id:
+                continue
+            if worker.state == pb.WORKER_STATE_HEALTHY:
+                registered[slice_id].add(worker.worker_id)
+            busy[slice_id] = busy.get(slice_id, False) or bool(worker.running_task_ids)
+        views = []
+        for row in self._store.slices():
+            slice_id = row["slice_id"]
+            expected = set(json.loads(row["worker_ids"]))
+            is_registered = row["state"] == "READY" and bool(expected) and expected <= registered[slice_id]
+            idle_since = None
+            if is_registered and not busy.get(slice_id, False):
+                idle_since = self._idle_since.setdefault(slice_id, now)
+            else:
+                self._idle_since.pop(slice_id, None)
+            views.append(
+                SliceView(slice_id, row["scale_group"], row["zone"], row["state"], idle_since, is_registered)
+            )
+        return views
+
+    def _observe_slices(self) -> None:
+        """Poll every slice and record what changed; FAILED slices are cleaned up and counted."""
+        now = _ms()
+        rows = {row["slice_id"]: row for row in self._store.slices()}
+        with self._lock:
+            tracked = dict(self._tracked)
+        for slice_id, entry in tracked.items():
+            row = rows.get(slice_id)
+            if row is None:
+                continue
+            try:
+                status = entry.handle.describe()
+            except ResourceNotFoundError:
+                self._vanished(slice_id, entry.group, row["state"], now)
+                self._untrack(slice_id)
+                continue
+            except PlatformError as exc:
+                logger.warning("cannot describe slice %s: %s", slice_id, exc)
+                continue
+            state = status.state.value
+            if state == row["state"] or state in (CloudSliceState.UNKNOWN.value, CloudSliceState.REPAIRING.value):
+                self._check_registration(slice_id, entry, row, now)
+                continue
+            if state == "FAILED" or (state == "DELETING" and row["state"] != "DELETING"):
+                self._slice_failed(slice_id, entry, row["state"], status.message or "the platform reported it failed")
+                continue
+            worker_ids = [w.worker_id for w in status.workers]
+            self._store.update_slice(slice_id, state, f"platform reports {state}", now, worker_ids=worker_ids)
+            if state == "READY":
+                entry.ready_at_ms = now
+                self.groups[entry.group].record_success()
+                self._record(entry.group, "ready", slice_id, entry.zone, f"{len(worker_ids)} worker(s) up")
+
+    def _check_registration(self, slice_id: str, entry: _Tracked, row, now: int) -> None:
+        """A READY slice whose workers never register is as good as failed."""
+        if row["state"] != "READY" or entry.ready_at_ms is None:
+            return
+        if now - entry.ready_at_ms < self.settings.startup_grace_ms:
+            return
+        expected = set(json.loads(row["worker_ids"]))
+        healthy = {w.worker_id for w in self._store.list_workers() if w.state == pb.WORKER_STATE_HEALTHY}
+        missing = sorted(expected - healthy)
+        if missing:
+            self._slice_failed(
+                slice_id,
+                entry,
+                row["state"],
+                f"worker(s) {', '.join(missing)} did not register within the startup grace period "
+                f"({self.settings.startup_grace_ms / 1000:.0f}s)",
+            )
+        else:
+            entry.ready_at_ms = None
+
+    def _slice_failed(self, slice_id: str, entry: _Tracked, current: str, reason: str) -> None:
+        now = _ms()
+        group = self.groups[entry.group]
+        if current != "FAILED":
+            self._store.update_slice(slice_id, "FAILED", reason, now, error=reason)
+        self._fail_slice_workers(slice_id, reason)
+        group.record_failure(now, reason, self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)
+        self._record(entry.group, "failed", slice_id, entry.zone, reason)
+        # The platform cleans up after a failure itself; terminate() is the safety net.
+        self._terminate(slice_id, f"cleaning up after failure: {reason}")
+
+    def _untrack(self, slice_id: str) -> None:
+        with self._lock:
+            self._tracked.pop(slice_id, None)
+        self._idle_since.pop(slice_id, None)
+
+    # ------------------------------------------------------------ actions
+
+    def _bootstrap_config(self) -> config_pb2.BootstrapConfig:
+        bootstrap = config_pb2.BootstrapConfig()
+        bootstrap.CopyFrom(self._config.defaults.bootstrap)
+        bootstrap.controller_address = self._controller_address
+        return bootstrap
+
+    def _scale_up(self, group: ScalingGroup, reason: str) -> bool:
+        """Create one slice, trying the group's zones in order; False when none would take it."""
+        now = _ms()
+        for zone in group.available_zones(now):
+            config = prepare_slice_config(group.config.slice_template, group.name, self._labels.prefix, zone)
+            try:
+                handle = self._platform.create_slice(config, self._bootstrap_config())
+            except QuotaExhaustedError as exc:
+                group.block_zone(zone, now, self.settings.quota_backoff_ms, str(exc))
+                self._record(group.name, "quota", zone=zone, reason=f"{exc}; trying the next zone")
+                continue
+            except PlatformError as exc:
+                group.record_failure(now, str(exc), self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)
+                self._record(group.name, "failed", zone=zone, reason=str(exc))
+                return False
+            self._store.record_slice(
+                handle.slice_id, group.name, handle.zone or zone, "CREATING", reason, now, handle.labels,
+                handle.created_at.epoch_ms,
+            )  # fmt: skip
+            with self._lock:
+                self._tracked[handle.slice_id] = _Tracked(handle, group.name, handle.zone or zone)
+            group.last_scale_up_ms = now
+            self._record(group.name, "scale_up", handle.slice_id, handle.zone or zone, reason)
+            return True
+        return False
+
+    def _terminate(self, slice_id: str, reason: str) -> None:
+        now = _ms()
+        with self._lock:
+            entry = self._tracked.get(slice_id)
+        row = next((r for r in self._store.slices() if r["slice_id"] == slice_id), None)
+        if row is None:
+            return
+        if row["state"] != "DELETING":
+            self._store.update_slice(slice_id, "DELETING", reason, now)
+        self._record(row["scale_group"], "scale_down", slice_id, row["zone"], reason)
+        if entry is not None:
+            try:
+                entry.handle.terminate()
+            except ResourceNotFoundError:
+                pass
+        self._fail_slice_workers(slice_id, f"slice terminated: {reason}")
+        self._store.update_slice(slice_id, "DELETED", "terminated", _ms())
+        self._untrack(slice_id)
+
+    # ------------------------------------------------------------ operator actions
+
+    def create_slice(self, group_name: str) -> str:
+        group = self.groups.get(group_name)
+        if group is None:
+            known = ", ".join(self.groups) or "none"
+            raise ValueError(f"no scale group named {group_name!r} (configured: {known})")
+        live = [r for r in self._store.slices() if r["scale_group"] == group_name and r["state"] not in ("DELETED", "DELETING", "FAILED")]
+        if len(live) >= group.max_slices:
+            raise ValueError(f"scale group {group_name} is at max_slices ({group.max_slices})")
+        before = set(self._tracked)
+        if not self._scale_up(group, "requested by an operator"):
+            raise PlatformError(f"could not create a slice for {group_name}: {group.last_failure or 'no zone had quota'}")
+        (slice_id,) = set(self._tracked) - before
+        return slice_id
+
+    def terminate_slice(self, slice_id: str) -> None:
+        if not any(r["slice_id"] == slice_id for r in self._store.slices()):
+            raise ResourceNotFoundError(f"slice {slice_id} not found")
+        self._terminate(slice_id, "terminated by an operator")
+
+    def terminate_all(self) -> list[str]:
+        ended = []
+        for row in self._store.slices():
+            self._terminate(row["slice_id"], "terminated by an operator (all)")
+            ended.append(row["slice_id"])
+        return ended
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> pb.GetAutoscalerStatusResponse:
+        now = _ms()
+        views = {v.slice_id: v for v in self._slice_views(now)}
+        rows = self._store.slices()
+        response = pb.GetAutoscalerStatusResponse(enabled=True, unroutable=self._last_plan.unroutable)
+        with self._lock:
+            for name, group in self.groups.items():
+                group_views = [v for v in views.values() if v.group == name]
+                status = pb.ScaleGroupStatus(
+                    name=name,
+                    state=group_state(group, group_views, now),
+                    min_slices=group.min_slices,
+                    max_slices=group.max_slices,
+                    priority=group.priority,
+                    demand=self._last_plan.demand.get(name, 0),
+                    unmet_reason=self._last_plan.unmet.get(name, ""),
+                    blocked_zones=[z for z, (until, _) in group.blocked_zones.items() if until > now],
+                    consecutive_failures=group.consecutive_failures,
+                    detail=group.last_failure,
+                )
+                if group.backoff_until_ms > now:
+                    status.backoff_until.CopyFrom(time_pb2.Timestamp(epoch_ms=group.backoff_until_ms))
+                status.slices.extend(slice_info(r, views.get(r["slice_id"])) for r in rows if r["scale_group"] == name)
+                response.groups.append(status)
+            response.recent_actions.extend(reversed(self._actions))
+        return response
+
+
+def slice_info(row, view: SliceView | None = None, history: list[pb.StateTransition] | None = None) -> pb.SliceInfo:
+    info = pb.SliceInfo(
+        slice_id=row["slice_id"],
+        scale_group=row["scale_group"],
+        zone=row["zone"],
+        state=row["state"],
+        created_at=time_pb2.Timestamp(epoch_ms=row["created_at_ms"]),
+        updated_at=time_pb2.Timestamp(epoch_ms=row["updated_at_ms"]),
+        error=row["error"],
+        worker_ids=json.loads(row["worker_ids"]),
+        labels=json.loads(row["labels"]),
+        idle=bool(view and view.idle_since_ms is not None),
+    )
+    info.history.extend(history or [])
+    return info
+
+
+def _attr(worker: pb.WorkerInfo, key: str) -> str:
+    value = worker.metadata.attributes.get(key)
+    if value is None:
+        return ""
+    kind = value.WhichOneof("value")
+    return "" if kind is None else str(getattr(value, kind))

@@ -1,0 +1,151 @@
+"""Controller lifecycle as free functions over a Platform: start (or find) the controller, stop
+it, restart it on its state, connect to it, and tear the whole cluster down.
+
+The controller "VM" comes from `platform.create_vm()` and is found again by its label; its
+address travels in the VM's metadata. For a local cluster the state directory also holds
+`cluster.pid`, `controller.url` and the log, so a user can see what is running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from iris.cluster.platform.base import Labels, Platform, PlatformError, StandaloneWorkerHandle
+from iris.config import apply_defaults, default_state_dir
+from iris.rpc import config_pb2
+from iris.time import wait_until
+
+PID_FILE = "cluster.pid"
+URL_FILE = "controller.url"
+START_TIMEOUT_S = 120.0
+
+
+class ClusterNotRunningError(PlatformError):
+    pass
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    url: str
+    handle: StandaloneWorkerHandle
+    already_running: bool = False
+
+
+def local_state_dir(config: config_pb2.IrisClusterConfig) -> Path:
+    resolved = apply_defaults(config)
+    if resolved.controller.HasField("local") and resolved.controller.local.state_dir:
+        return Path(resolved.controller.local.state_dir)
+    return Path(default_state_dir(resolved.name))
+
+
+def _labels(config: config_pb2.IrisClusterConfig) -> Labels:
+    return Labels(config.platform.label_prefix or "iris")
+
+
+def _address_key(config: config_pb2.IrisClusterConfig) -> str:
+    return f"iris-controller-address-{_labels(config).prefix}"
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def find_controller(platform: Platform, config: config_pb2.IrisClusterConfig) -> StandaloneWorkerHandle | None:
+    vms = platform.list_vms([], {_labels(config).controller: "true"})
+    return vms[0] if vms else None
+
+
+def start_controller(
+    platform: Platform,
+    config: config_pb2.IrisClusterConfig,
+    progress: Callable[[str], None] = lambda message: None,
+    timeout: float = START_TIMEOUT_S,
+) -> ControllerInfo:
+    """Return the running controller, or create one and wait until it answers."""
+    state_dir = local_state_dir(config)
+    existing = find_controller(platform, config)
+    if existing is not None:
+        url = platform.discover_controller(config)
+        if url:
+            return ControllerInfo(url, existing, already_running=True)
+        progress("found an unhealthy controller; replacing it")
+        existing.terminate()
+    url_file = state_dir / URL_FILE
+    url_file.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = platform.create_vm(
+        config_pb2.VmConfig(name=f"{_labels(config).prefix}-controller", labels={_labels(config).controller: "true"})
+    )
+    (state_dir / PID_FILE).write_text(str(getattr(handle, "pid", "")))
+    progress("controller starting")
+
+    def up() -> bool:
+        if handle.status().state.value != "RUNNING":
+            raise PlatformError(f"the controller exited during start-up; last log lines:\n{_log_tail(handle)}")
+        return url_file.exists() and _healthy(url_file.read_text().strip())
+
+    try:
+        wait_until(up, timeout, 0.1, "the controller to answer")
+    except (TimeoutError, PlatformError) as exc:
+        handle.terminate()
+        (state_dir / PID_FILE).unlink(missing_ok=True)
+        if isinstance(exc, TimeoutError):
+            raise PlatformError(
+                f"the controller did not come up within {timeout:.0f}s; last log lines:\n{_log_tail(handle)}"
+            ) from None
+        raise
+    url = url_file.read_text().strip()
+    handle.set_metadata({_address_key(config): url})
+    return ControllerInfo(url, handle)
+
+
+def _log_tail(handle: StandaloneWorkerHandle, lines: int = 15) -> str:
+    path = getattr(handle, "log_path", None)
+    if path is None or not Path(path).exists():
+        return "(no log)"
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+
+
+def stop_controller(platform: Platform, config: config_pb2.IrisClusterConfig) -> bool:
+    """Stop the controller; its workers keep running and are adopted by the next controller."""
+    state_dir = local_state_dir(config)
+    handle = find_controller(platform, config)
+    (state_dir / PID_FILE).unlink(missing_ok=True)
+    (state_dir / URL_FILE).unlink(missing_ok=True)
+    if handle is None:
+        return False
+    handle.terminate()
+    return True
+
+
+def reload_controller(
+    platform: Platform, config: config_pb2.IrisClusterConfig, progress: Callable[[str], None] = lambda m: None
+) -> ControllerInfo:
+    """Restart the controller on its state; running jobs and workers carry on."""
+    stop_controller(platform, config)
+    return start_controller(platform, config, progress)
+
+
+def connect_cluster(platform: Platform, config: config_pb2.IrisClusterConfig) -> str:
+    url = platform.discover_controller(config)
+    if url is None:
+        raise ClusterNotRunningError(f"the cluster '{config.name}' is not running")
+    return url
+
+
+def stop_all(platform: Platform, config: config_pb2.IrisClusterConfig) -> tuple[bool, list[str]]:
+    """Stop the controller, then end every slice this cluster's label prefix marks as managed."""
+    stopped = stop_controller(platform, config)
+    zones = sorted({z for g in config.scale_groups.values() for z in (g.zones or [""])})
+    ended = []
+    for handle in platform.list_slices(zones, {_labels(config).managed: "true"}):
+        handle.terminate()
+        ended.append(handle.slice_id)
+    return stopped, ended

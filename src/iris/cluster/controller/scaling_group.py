@@ -1,0 +1,146 @@
+"""A scale group as the autoscaler sees it: what its workers offer, which demand it can serve, and
+its bookkeeping between evaluations (zones out of quota, failure backoff, how long demand waited).
+
+Everything here is plain data and pure methods of a clock value passed in, so planning can be
+tested without a platform, a store or a real clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, constraint_holds
+from iris.cluster.types import AttributeValue, tpu_topology
+from iris.rpc import config_pb2
+
+_ACCELERATOR_KIND = {config_pb2.ACCELERATOR_TYPE_GPU: "gpu", config_pb2.ACCELERATOR_TYPE_TPU: "tpu"}
+
+
+@dataclass
+class ScalingGroup:
+    config: config_pb2.ScaleGroupConfig
+    # zone -> (blocked until, why)
+    blocked_zones: dict[str, tuple[int, str]] = field(default_factory=dict)
+    backoff_until_ms: int = 0
+    consecutive_failures: int = 0
+    last_failure: str = ""
+    # When demand routed to this group was first seen unmet (None: no demand now).
+    demand_since_ms: int | None = None
+    last_scale_up_ms: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def priority(self) -> int:
+        return self.config.priority if self.config.HasField("priority") else 0
+
+    @property
+    def min_slices(self) -> int:
+        return self.config.min_slices
+
+    @property
+    def max_slices(self) -> int:
+        return self.config.max_slices
+
+    @property
+    def workers_per_slice(self) -> int:
+        return max(1, self.config.slice_template.num_vms)
+
+    def zones(self) -> list[str]:
+        """Zones in the order to try them: the group's list, else the template's own zone."""
+        if self.config.zones:
+            return list(self.config.zones)
+        template = self.config.slice_template
+        which = template.WhichOneof("platform")
+        if which == "gcp" and template.gcp.zone:
+            return [template.gcp.zone]
+        if which == "coreweave" and template.coreweave.region:
+            return [template.coreweave.region]
+        return [""]
+
+    def available_zones(self, now_ms: int) -> list[str]:
+        return [z for z in self.zones() if self.blocked_zones.get(z, (0, ""))[0] <= now_ms]
+
+    # ------------------------------------------------------------ what a worker of the group offers
+
+    def worker_resources(self) -> Resources:
+        r = self.config.resources
+        return Resources(int(r.cpu) * 1000, r.ram, r.disk)
+
+    def worker_device(self) -> Device | None:
+        template = self.config.slice_template
+        kind = _ACCELERATOR_KIND.get(template.accelerator_type)
+        if kind == "tpu":
+            variant = template.accelerator_variant
+            return Device("tpu", variant, self.config.resources.tpu_count or tpu_topology(variant).chips_per_host)
+        if kind == "gpu":
+            return Device("gpu", template.accelerator_variant, self.config.resources.gpu_count or 1)
+        return None
+
+    def worker_attributes(self, zone: str = "") -> dict[str, AttributeValue]:
+        """The attributes its workers will report, for checking constraints before they exist."""
+        attributes: dict[str, AttributeValue] = {"scale-group": self.name}
+        if zone:
+            attributes["zone"] = zone
+        template = self.config.slice_template
+        if template.WhichOneof("platform") == "gcp":
+            attributes["preemptible"] = str(template.gcp.preemptible).lower()
+        if template.WhichOneof("platform") == "local":
+            attributes["zone"] = "local"
+            attributes.update(template.local.attributes)
+        device = self.worker_device()
+        if device is not None:
+            attributes["device-variant"] = device.variant
+        return attributes
+
+    def cannot_serve(self, demand: TaskDemand, gang_size: int) -> str:
+        """Why this group can never serve the demand, or "" when it can."""
+        need, offered = demand.resources, self.worker_resources()
+        if demand.device is not None and not demand.device.matches(self.worker_device()):
+            return f"its workers have no {demand.device.describe()}"
+        device = self.worker_device()
+        if demand.device is not None and device is not None and demand.device.count > device.count:
+            return f"its workers have {device.count} {device.kind}s, the task needs {demand.device.count}"
+        if (offered.cpu_millicores or offered.memory_bytes) and not need.fits_in(offered):
+            return f"its workers offer {offered.describe()}, the task needs {need.describe()}"
+        if gang_size > self.workers_per_slice:
+            return f"a gang of {gang_size} needs a slice of {gang_size} workers; its slices have {self.workers_per_slice}"
+        zones = self.zones()
+        for constraint in demand.constraints:
+            if not any(constraint_holds(constraint, self.worker_attributes(z)) for z in zones):
+                return f"its workers would not satisfy {constraint.describe()}"
+        return ""
+
+    def tasks_per_slice(self, demand: TaskDemand) -> int:
+        """How many tasks of this shape one new slice absorbs."""
+        offered = self.worker_resources()
+        need = demand.resources
+        per_worker = []
+        for have, want in (
+            (offered.cpu_millicores, need.cpu_millicores),
+            (offered.memory_bytes, need.memory_bytes),
+            (offered.disk_bytes, need.disk_bytes),
+        ):
+            if want and have:
+                per_worker.append(have // want)
+        device = self.worker_device()
+        if demand.device is not None and device is not None:
+            per_worker.append(1 if demand.device.count == 0 else device.count // demand.device.count)
+        return max(1, min(per_worker, default=1)) * self.workers_per_slice
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def block_zone(self, zone: str, now_ms: int, backoff_ms: int, reason: str) -> None:
+        self.blocked_zones[zone] = (now_ms + backoff_ms, reason)
+
+    def record_failure(self, now_ms: int, reason: str, base_ms: int, max_ms: int) -> None:
+        self.consecutive_failures += 1
+        self.last_failure = reason
+        delay = min(max_ms, base_ms * 2 ** (self.consecutive_failures - 1))
+        self.backoff_until_ms = now_ms + delay
+
+    def record_success(self) -> None:
+        self.consecutive_failures = 0
+        self.backoff_until_ms = 0

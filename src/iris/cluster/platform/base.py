@@ -1,0 +1,212 @@
+"""The platform layer's contract: where slices of workers come from.
+
+A `Platform` creates slices (the atomic unit of capacity: a TPU pod, a group of GPU nodes, a set
+of local worker processes) and standalone VMs (the controller). `create_slice` returns at once;
+the platform provisions and bootstraps in the background, cleans up after itself on failure, and
+reports progress through `SliceHandle.describe()`: CREATING -> BOOTSTRAPPING -> READY, or FAILED.
+The autoscaler only observes; it never drives a bootstrap.
+
+Status types here are the cloud's view and are never persisted or sent over RPC as such. Errors
+are typed so callers can react (fall back to another zone on quota, back off when the platform is
+down) and each carries a reason a user can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from iris.rpc import config_pb2
+from iris.time import Duration, Timestamp
+
+
+class CloudSliceState(StrEnum):
+    CREATING = "CREATING"
+    BOOTSTRAPPING = "BOOTSTRAPPING"
+    READY = "READY"
+    REPAIRING = "REPAIRING"
+    DELETING = "DELETING"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+
+
+class CloudWorkerState(StrEnum):
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    TERMINATED = "TERMINATED"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class WorkerStatus:
+    state: CloudWorkerState
+
+
+@runtime_checkable
+class RemoteWorkerHandle(Protocol):
+    """One worker of a slice: a TPU VM, a Pod, a local process. Slices are terminated as a whole,
+    so a worker handle has no terminate."""
+
+    @property
+    def worker_id(self) -> str: ...
+
+    @property
+    def internal_address(self) -> str: ...
+
+    @property
+    def external_address(self) -> str | None: ...
+
+    def status(self) -> WorkerStatus: ...
+
+    def run_command(
+        self, command: str, timeout: Duration | None = None, on_line: Callable[[str], None] | None = None
+    ) -> CommandResult: ...
+
+    def reboot(self) -> None: ...
+
+
+@runtime_checkable
+class StandaloneWorkerHandle(RemoteWorkerHandle, Protocol):
+    """A VM created on its own (the controller's): it can be terminated and tagged for discovery."""
+
+    def terminate(self) -> None: ...
+
+    def set_labels(self, labels: dict[str, str]) -> None: ...
+
+    def set_metadata(self, metadata: dict[str, str]) -> None: ...
+
+
+@dataclass
+class SliceStatus:
+    state: CloudSliceState
+    worker_count: int
+    workers: list[RemoteWorkerHandle] = field(default_factory=list)
+    # Why the slice is FAILED (or what it is waiting on), in words a user can act on.
+    message: str = ""
+
+
+@runtime_checkable
+class SliceHandle(Protocol):
+    @property
+    def slice_id(self) -> str: ...
+
+    @property
+    def zone(self) -> str: ...
+
+    @property
+    def scale_group(self) -> str: ...
+
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+    @property
+    def created_at(self) -> Timestamp: ...
+
+    def describe(self) -> SliceStatus: ...
+
+    def terminate(self) -> None: ...
+
+
+@runtime_checkable
+class Platform(Protocol):
+    def create_vm(self, config: config_pb2.VmConfig) -> StandaloneWorkerHandle: ...
+
+    def create_slice(
+        self, config: config_pb2.SliceConfig, bootstrap_config: config_pb2.BootstrapConfig
+    ) -> SliceHandle:
+        """Start creating a slice and return its handle at once (CREATING).
+
+        Raises QuotaExhaustedError synchronously when the request is refused for quota; every
+        later failure shows up as FAILED on the handle, with the platform's resources cleaned up.
+        """
+        ...
+
+    def list_slices(self, zones: list[str], labels: dict[str, str] | None = None) -> list[SliceHandle]: ...
+
+    def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list[StandaloneWorkerHandle]: ...
+
+    def tunnel(self, address: str, local_port: int | None = None) -> AbstractContextManager[str]: ...
+
+    def discover_controller(self, config: config_pb2.IrisClusterConfig) -> str | None:
+        """The controller's URL if one is running for this cluster, else None."""
+        ...
+
+    def worker_logs(self, worker_id: str, tail_lines: int) -> str:
+        """The last lines of a worker's own log (bootstrap and daemon output)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release what the Platform object holds (threads, connections); cloud resources stay."""
+        ...
+
+
+# ---------------------------------------------------------------- errors
+
+
+class PlatformError(RuntimeError):
+    """A platform operation failed; the message says why and what to do."""
+
+
+class QuotaExhaustedError(PlatformError):
+    def __init__(self, message: str, zone: str = ""):
+        super().__init__(message)
+        self.zone = zone
+
+
+class ResourceNotFoundError(PlatformError):
+    pass
+
+
+class PlatformUnavailableError(PlatformError):
+    """The platform cannot be reached or refuses service for now; retry later."""
+
+
+# ---------------------------------------------------------------- labels
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The label keys Iris puts on what it creates, all under the cluster's prefix."""
+
+    prefix: str
+
+    @property
+    def managed(self) -> str:
+        return f"{self.prefix}-managed"
+
+    @property
+    def scale_group(self) -> str:
+        return f"{self.prefix}-scale-group"
+
+    @property
+    def slice_id(self) -> str:
+        return f"{self.prefix}-slice-id"
+
+    @property
+    def controller(self) -> str:
+        return f"iris-controller-{self.prefix}"
+
+
+def prepare_slice_config(
+    template: config_pb2.SliceConfig, group_name: str, label_prefix: str, zone: str = ""
+) -> config_pb2.SliceConfig:
+    """Stamp a scale group's slice template with Iris's labels, a name prefix and the chosen zone."""
+    config = config_pb2.SliceConfig()
+    config.CopyFrom(template)
+    labels = Labels(label_prefix)
+    config.name_prefix = f"{label_prefix}-{group_name}"
+    config.labels[labels.managed] = "true"
+    config.labels[labels.scale_group] = group_name
+    if zone and config.WhichOneof("platform") == "gcp":
+        config.gcp.zone = zone
+    return config

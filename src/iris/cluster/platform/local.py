@@ -1,0 +1,479 @@
+"""LocalPlatform: slices are groups of worker daemons started as processes on this machine.
+
+Each worker is the real worker daemon, registering with the controller over Connect RPC like one
+on a remote host, and reporting slice attributes (scale-group, slice-id, tpu-name,
+tpu-worker-id) so gangs can be placed on a local "slice". Slices and the controller "VM" are
+recorded as JSON files under the platform's state directory, so a controller restarted after a
+crash finds the slices that kept running (`list_slices`) and adopts them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from iris.cluster.platform.base import (
+    CloudSliceState,
+    CloudWorkerState,
+    CommandResult,
+    Labels,
+    PlatformError,
+    ResourceNotFoundError,
+    SliceStatus,
+    WorkerStatus,
+)
+from iris.rpc import config_pb2
+from iris.time import Duration, Timestamp, wait_until
+
+logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 15.0
+
+
+@dataclass
+class LocalWorkerSpec:
+    """One local worker daemon: its id, what it reports, and what it offers."""
+
+    worker_id: str
+    attributes: dict[str, str] = field(default_factory=dict)
+    cpu: float | None = None
+    memory_bytes: int | None = None
+    tpu_variant: str = ""
+    gpu_spec: str = ""
+
+
+def spawn_worker(
+    spec: LocalWorkerSpec, controller_url: str, work_dir: Path, kill_grace_s: float, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start a worker daemon on a free port; its output goes to <work_dir>/worker.log."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "iris.cluster.worker.main", "serve",
+        "--controller-address", controller_url,
+        "--host", "127.0.0.1",
+        "--port", "0",
+        "--cache-dir", str(work_dir / "cache"),
+        "--runtime", "process",
+        "--worker-id", spec.worker_id,
+        "--kill-grace", str(kill_grace_s),
+    ]  # fmt: skip
+    if spec.cpu is not None:
+        cmd += ["--cpu", str(spec.cpu)]
+    if spec.memory_bytes is not None:
+        cmd += ["--memory", str(spec.memory_bytes)]
+    if spec.tpu_variant:
+        cmd += ["--tpu", spec.tpu_variant]
+    if spec.gpu_spec:
+        cmd += ["--gpu", spec.gpu_spec]
+    for key, value in spec.attributes.items():
+        cmd += ["--attribute", f"{key}={value}"]
+    with open(work_dir / "worker.log", "ab") as log:
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            # Workers outlive a crashed controller (to be re-adopted) and ignore the terminal's Ctrl-C.
+            start_new_session=True,
+        )
+
+
+def _run_local_command(command: str, timeout: Duration | None, on_line) -> CommandResult:
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=timeout.seconds if timeout else None
+    )
+    if on_line is not None:
+        for line in result.stdout.splitlines():
+            on_line(line)
+    return CommandResult(result.returncode, result.stdout, result.stderr)
+
+
+def _process_alive(pid: int, create_time: float) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return process.create_time() == create_time and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _stop_process(pid: int, create_time: float) -> None:
+    if not _process_alive(pid, create_time):
+        return
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        wait_until(lambda: not _process_alive(pid, create_time), STOP_TIMEOUT_S, 0.05, f"process {pid} to stop")
+    except TimeoutError:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class _ProcessRecord:
+    worker_id: str
+    pid: int
+    create_time: float
+    log_path: str
+
+
+class LocalWorkerHandle:
+    def __init__(self, record: _ProcessRecord):
+        self._record = record
+
+    @property
+    def worker_id(self) -> str:
+        return self._record.worker_id
+
+    @property
+    def internal_address(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def external_address(self) -> str | None:
+        return None
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self._record.log_path)
+
+    def alive(self) -> bool:
+        return _process_alive(self._record.pid, self._record.create_time)
+
+    def status(self) -> WorkerStatus:
+        return WorkerStatus(CloudWorkerState.RUNNING if self.alive() else CloudWorkerState.TERMINATED)
+
+    def run_command(self, command: str, timeout: Duration | None = None, on_line=None) -> CommandResult:
+        return _run_local_command(command, timeout, on_line)
+
+    def reboot(self) -> None:
+        raise PlatformError(f"local worker {self.worker_id} cannot be rebooted; terminate its slice instead")
+
+
+class LocalSliceHandle:
+    def __init__(self, platform: LocalPlatform, record: dict):
+        self._platform = platform
+        self._record = record
+
+    @property
+    def slice_id(self) -> str:
+        return self._record["slice_id"]
+
+    @property
+    def zone(self) -> str:
+        return self._record.get("zone", "local")
+
+    @property
+    def scale_group(self) -> str:
+        return self.labels.get(Labels(self._platform.label_prefix).scale_group, "")
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self._record["labels"])
+
+    @property
+    def created_at(self) -> Timestamp:
+        return Timestamp(self._record["created_at_ms"])
+
+    def workers(self) -> list[LocalWorkerHandle]:
+        return [LocalWorkerHandle(_ProcessRecord(**w)) for w in self._record["workers"]]
+
+    def describe(self) -> SliceStatus:
+        workers = self.workers()
+        dead = [w.worker_id for w in workers if not w.alive()]
+        if self._record.get("deleting"):
+            return SliceStatus(CloudSliceState.DELETING, len(workers), list(workers))
+        if dead:
+            return SliceStatus(
+                CloudSliceState.FAILED,
+                len(workers),
+                list(workers),
+                message=f"worker process(es) {', '.join(dead)} exited; see their worker.log",
+            )
+        return SliceStatus(CloudSliceState.READY, len(workers), list(workers))
+
+    def terminate(self) -> None:
+        self._platform._terminate_slice(self.slice_id)
+
+
+class LocalControllerHandle:
+    """The local controller "VM": a controller daemon process started by `create_vm`."""
+
+    def __init__(self, platform: LocalPlatform, record: dict):
+        self._platform = platform
+        self._record = record
+
+    @property
+    def worker_id(self) -> str:
+        return self._record["name"]
+
+    @property
+    def internal_address(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def external_address(self) -> str | None:
+        return None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self._record["labels"])
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._record["metadata"])
+
+    @property
+    def pid(self) -> int:
+        return self._record["pid"]
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self._record["log_path"])
+
+    def alive(self) -> bool:
+        return _process_alive(self._record["pid"], self._record["create_time"])
+
+    def status(self) -> WorkerStatus:
+        return WorkerStatus(CloudWorkerState.RUNNING if self.alive() else CloudWorkerState.TERMINATED)
+
+    def run_command(self, command: str, timeout: Duration | None = None, on_line=None) -> CommandResult:
+        return _run_local_command(command, timeout, on_line)
+
+    def reboot(self) -> None:
+        raise PlatformError("the local controller cannot be rebooted; use iris cluster restart")
+
+    def terminate(self) -> None:
+        _stop_process(self._record["pid"], self._record["create_time"])
+        self._platform._vm_path(self.worker_id).unlink(missing_ok=True)
+
+    def set_labels(self, labels: dict[str, str]) -> None:
+        self._record["labels"].update(labels)
+        self._platform._write(self._platform._vm_path(self.worker_id), self._record)
+
+    def set_metadata(self, metadata: dict[str, str]) -> None:
+        self._record["metadata"].update(metadata)
+        self._platform._write(self._platform._vm_path(self.worker_id), self._record)
+
+
+class LocalPlatform:
+    def __init__(
+        self,
+        state_dir: Path,
+        label_prefix: str = "iris",
+        group_resources: dict[str, config_pb2.ScaleGroupResources] | None = None,
+        kill_grace_s: float = 10.0,
+        config_path: str | None = None,
+    ):
+        self.state_dir = state_dir
+        self.label_prefix = label_prefix
+        self._group_resources = group_resources or {}
+        self._kill_grace_s = kill_grace_s
+        self._config_path = config_path
+        self._lock = threading.Lock()
+        (state_dir / "slices").mkdir(parents=True, exist_ok=True)
+        (state_dir / "vms").mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ records
+
+    def _slice_path(self, slice_id: str) -> Path:
+        return self.state_dir / "slices" / f"{slice_id}.json"
+
+    def _vm_path(self, name: str) -> Path:
+        return self.state_dir / "vms" / f"{name}.json"
+
+    @staticmethod
+    def _write(path: Path, record: dict) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(path)
+
+    @staticmethod
+    def _matches(labels: dict[str, str], wanted: dict[str, str] | None) -> bool:
+        return all(labels.get(k) == v for k, v in (wanted or {}).items())
+
+    # ------------------------------------------------------------ slices
+
+    def create_slice(
+        self, config: config_pb2.SliceConfig, bootstrap_config: config_pb2.BootstrapConfig
+    ) -> LocalSliceHandle:
+        if not bootstrap_config.controller_address:
+            raise PlatformError("cannot start local workers: the bootstrap config has no controller_address")
+        slice_id = f"{config.name_prefix or self.label_prefix}-{Timestamp.now().epoch_ms}"
+        with self._lock:
+            while self._slice_path(slice_id).exists():
+                slice_id += "x"
+            labels = dict(config.labels)
+            labels[Labels(self.label_prefix).slice_id] = slice_id
+            group = labels.get(Labels(self.label_prefix).scale_group, "")
+            resources = self._group_resources.get(group, config_pb2.ScaleGroupResources())
+            record = {
+                "slice_id": slice_id,
+                "zone": "local",
+                "labels": labels,
+                "created_at_ms": Timestamp.now().epoch_ms,
+                "workers": [],
+            }
+            tpu = config.accelerator_variant if config.accelerator_type == config_pb2.ACCELERATOR_TYPE_TPU else ""
+            gpu = ""
+            if config.accelerator_type == config_pb2.ACCELERATOR_TYPE_GPU:
+                gpu = f"{config.accelerator_variant}x{resources.gpu_count or 1}"
+            for index in range(max(config.num_vms, 1)):
+                worker_id = f"{slice_id}-{index}"
+                attributes = {
+                    "scale-group": group,
+                    "slice-id": slice_id,
+                    "tpu-name": slice_id,
+                    "tpu-worker-id": str(index),
+                    "zone": "local",
+                    **config.local.attributes,
+                }
+                spec = LocalWorkerSpec(
+                    worker_id,
+                    attributes,
+                    cpu=float(resources.cpu) if resources.cpu else None,
+                    memory_bytes=resources.ram or None,
+                    tpu_variant=tpu,
+                    gpu_spec=gpu,
+                )
+                work_dir = self.state_dir / "workers" / worker_id
+                env = dict(bootstrap_config.env_vars)
+                process = spawn_worker(spec, bootstrap_config.controller_address, work_dir, self._kill_grace_s, env)
+                record["workers"].append(
+                    {
+                        "worker_id": worker_id,
+                        "pid": process.pid,
+                        "create_time": psutil.Process(process.pid).create_time(),
+                        "log_path": str(work_dir / "worker.log"),
+                    }
+                )
+            self._write(self._slice_path(slice_id), record)
+        logger.info("created local slice %s with %d worker(s)", slice_id, len(record["workers"]))
+        return LocalSliceHandle(self, record)
+
+    def _load_slice(self, path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def list_slices(self, zones: list[str], labels: dict[str, str] | None = None) -> list[LocalSliceHandle]:
+        handles = []
+        for path in sorted((self.state_dir / "slices").glob("*.json")):
+            record = self._load_slice(path)
+            if record is not None and self._matches(record["labels"], labels):
+                handles.append(LocalSliceHandle(self, record))
+        return handles
+
+    def get_slice(self, slice_id: str) -> LocalSliceHandle:
+        record = self._load_slice(self._slice_path(slice_id))
+        if record is None:
+            raise ResourceNotFoundError(f"local slice {slice_id} does not exist")
+        return LocalSliceHandle(self, record)
+
+    def _terminate_slice(self, slice_id: str) -> None:
+        path = self._slice_path(slice_id)
+        record = self._load_slice(path)
+        if record is None:
+            return
+        record["deleting"] = True
+        self._write(path, record)
+        for worker in record["workers"]:
+            _stop_process(worker["pid"], worker["create_time"])
+        path.unlink(missing_ok=True)
+        logger.info("terminated local slice %s", slice_id)
+
+    # ------------------------------------------------------------ the controller "VM"
+
+    def create_vm(self, config: config_pb2.VmConfig) -> LocalControllerHandle:
+        """Start the local controller (with its autoscaler) for this platform's cluster config,
+        detached from the caller, as `iris cluster controller run-local`."""
+        if not self._config_path:
+            raise PlatformError("this local platform has no cluster config to start a controller with")
+        name = config.name or f"{self.label_prefix}-controller"
+        log_path = self.state_dir / f"{name}.log"
+        command = [sys.executable, "-m", "iris.cli.main", "cluster", "--config", self._config_path, "controller", "run-local"]
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        record = {
+            "name": name,
+            "pid": process.pid,
+            "create_time": psutil.Process(process.pid).create_time(),
+            "log_path": str(log_path),
+            "labels": dict(config.labels),
+            "metadata": dict(config.metadata),
+        }
+        self._write(self._vm_path(name), record)
+        return LocalControllerHandle(self, record)
+
+    def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list[LocalControllerHandle]:
+        handles = []
+        for path in sorted((self.state_dir / "vms").glob("*.json")):
+            record = self._load_slice(path)
+            if record is None or not self._matches(record["labels"], labels):
+                continue
+            handle = LocalControllerHandle(self, record)
+            if handle.alive():
+                handles.append(handle)
+            else:
+                path.unlink(missing_ok=True)
+        return handles
+
+    def discover_controller(self, config: config_pb2.IrisClusterConfig) -> str | None:
+        labels = Labels(self.label_prefix)
+        for vm in self.list_vms([], {labels.controller: "true"}):
+            address = vm.metadata.get(f"iris-controller-address-{self.label_prefix}")
+            if address and _healthy(address):
+                return address
+        return None
+
+    def tunnel(self, address: str, local_port: int | None = None) -> AbstractContextManager[str]:
+        return nullcontext(address)
+
+    def worker_logs(self, worker_id: str, tail_lines: int) -> str:
+        for slice_handle in self.list_slices([]):
+            for worker in slice_handle.workers():
+                if worker.worker_id == worker_id:
+                    return _tail(worker.log_path, tail_lines)
+        for vm in self.list_vms([]):
+            if vm.worker_id == worker_id:
+                return _tail(vm.log_path, tail_lines)
+        raise ResourceNotFoundError(f"no local worker or VM named {worker_id}")
+
+    def shutdown(self) -> None:
+        """Nothing to release: worker processes are cloud resources here, ended by terminate()."""
+
+
+def _healthy(address: str) -> bool:
+    try:
+        return httpx.get(f"{address}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _tail(path: Path, lines: int) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
