@@ -70,6 +70,8 @@ SIZE_FIELDS = frozenset(
 )
 
 _DURATION_TYPE = time_pb2.Duration.DESCRIPTOR.full_name
+# Waits that may be switched off with 0s (act at once); every other duration must be positive.
+_ZERO_ALLOWED_DURATIONS = frozenset({"scale_up_delay", "scale_down_delay", "kill_grace_period"})
 
 # Lower-cased unit suffixes; "G" and "Gi" (Kubernetes style) are accepted alongside "GB" and "GiB".
 _SIZE_UNITS: dict[str, int] = {
@@ -630,7 +632,8 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
         )
 
     for path, duration in _iter_durations(config, ""):
-        if duration.milliseconds <= 0:
+        zero_allowed = path.rsplit(".", 1)[-1] in _ZERO_ALLOWED_DURATIONS
+        if duration.milliseconds < 0 or (duration.milliseconds == 0 and not zero_allowed):
             raise ConfigError(source, path, f"must be a positive duration, got {duration}")
 
 
