@@ -43,7 +43,7 @@ def _bootstrap() -> config_pb2.BootstrapConfig:
 
 
 def _pids(handle) -> list[int]:
-    return [w._record.pid for w in handle.workers()]
+    return [w.pid for w in handle.workers()]
 
 
 def test_local_slice_create_starts_workers_and_is_ready_at_once(platform):

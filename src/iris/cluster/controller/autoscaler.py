@@ -569,9 +569,14 @@ class Autoscaler:
         with self._lock:
             for name, group in self.groups.items():
                 group_views = [v for v in views.values() if v.group == name]
+                state = group_state(group, group_views, now)
+                waiting = group.demand_since_ms is not None and now - group.demand_since_ms < self.settings.scale_up_delay_ms
+                if state == "available" and waiting:
+                    # Demand is there but has not yet waited out scale_up_delay.
+                    state = "cooldown"
                 status = pb.ScaleGroupStatus(
                     name=name,
-                    state=group_state(group, group_views, now),
+                    state=state,
                     min_slices=group.min_slices,
                     max_slices=group.max_slices,
                     priority=group.priority,

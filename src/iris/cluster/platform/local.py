@@ -124,21 +124,17 @@ def _stop_process(pid: int, create_time: float) -> None:
             pass
 
 
-@dataclass
-class _ProcessRecord:
-    worker_id: str
-    pid: int
-    create_time: float
-    log_path: str
+class _LocalProcessHandle:
+    """A process of this machine standing in for a remote host: a worker or the controller."""
 
+    _ID_KEY = "worker_id"
 
-class LocalWorkerHandle:
-    def __init__(self, record: _ProcessRecord):
+    def __init__(self, record: dict):
         self._record = record
 
     @property
     def worker_id(self) -> str:
-        return self._record.worker_id
+        return self._record[self._ID_KEY]
 
     @property
     def internal_address(self) -> str:
@@ -149,11 +145,15 @@ class LocalWorkerHandle:
         return None
 
     @property
+    def pid(self) -> int:
+        return self._record["pid"]
+
+    @property
     def log_path(self) -> Path:
-        return Path(self._record.log_path)
+        return Path(self._record["log_path"])
 
     def alive(self) -> bool:
-        return _process_alive(self._record.pid, self._record.create_time)
+        return _process_alive(self._record["pid"], self._record["create_time"])
 
     def status(self) -> WorkerStatus:
         return WorkerStatus(CloudWorkerState.RUNNING if self.alive() else CloudWorkerState.TERMINATED)
@@ -162,7 +162,11 @@ class LocalWorkerHandle:
         return _run_local_command(command, timeout, on_line)
 
     def reboot(self) -> None:
-        raise PlatformError(f"local worker {self.worker_id} cannot be rebooted; terminate its slice instead")
+        raise PlatformError(f"{self.worker_id} is a local process and cannot be rebooted; stop and start it instead")
+
+
+class LocalWorkerHandle(_LocalProcessHandle):
+    pass
 
 
 class LocalSliceHandle:
@@ -191,7 +195,7 @@ class LocalSliceHandle:
         return Timestamp(self._record["created_at_ms"])
 
     def workers(self) -> list[LocalWorkerHandle]:
-        return [LocalWorkerHandle(_ProcessRecord(**w)) for w in self._record["workers"]]
+        return [LocalWorkerHandle(w) for w in self._record["workers"]]
 
     def describe(self) -> SliceStatus:
         workers = self.workers()
@@ -211,24 +215,14 @@ class LocalSliceHandle:
         self._platform._terminate_slice(self.slice_id)
 
 
-class LocalControllerHandle:
+class LocalControllerHandle(_LocalProcessHandle):
     """The local controller "VM": a controller daemon process started by `create_vm`."""
 
+    _ID_KEY = "name"
+
     def __init__(self, platform: LocalPlatform, record: dict):
+        super().__init__(record)
         self._platform = platform
-        self._record = record
-
-    @property
-    def worker_id(self) -> str:
-        return self._record["name"]
-
-    @property
-    def internal_address(self) -> str:
-        return "127.0.0.1"
-
-    @property
-    def external_address(self) -> str | None:
-        return None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -237,26 +231,6 @@ class LocalControllerHandle:
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self._record["metadata"])
-
-    @property
-    def pid(self) -> int:
-        return self._record["pid"]
-
-    @property
-    def log_path(self) -> Path:
-        return Path(self._record["log_path"])
-
-    def alive(self) -> bool:
-        return _process_alive(self._record["pid"], self._record["create_time"])
-
-    def status(self) -> WorkerStatus:
-        return WorkerStatus(CloudWorkerState.RUNNING if self.alive() else CloudWorkerState.TERMINATED)
-
-    def run_command(self, command: str, timeout: Duration | None = None, on_line=None) -> CommandResult:
-        return _run_local_command(command, timeout, on_line)
-
-    def reboot(self) -> None:
-        raise PlatformError("the local controller cannot be rebooted; use iris cluster restart")
 
     def terminate(self) -> None:
         _stop_process(self._record["pid"], self._record["create_time"])
