@@ -104,6 +104,7 @@ def _within(path: Path, root: Path) -> bool:
 def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
     root = workspace.resolve()
     files: list[_WorkspaceFile] = []
+    skipped_links: list[str] = []
     # (directory as reached, its path relative to the workspace, .gitignores in force, real paths of
     # the directories above it, used to stop symlink cycles)
     pending: list[tuple[Path, str, tuple[_IgnoreFile, ...], frozenset[Path]]] = [
@@ -123,11 +124,8 @@ def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
             path = Path(entry.path)
             if entry.is_symlink():
                 target = path.resolve()
-                if not _within(target, root):
-                    logger.warning("bundle: skipping %s, a symlink to %s outside the workspace", rel, target)
-                    continue
-                if not target.exists():
-                    logger.warning("bundle: skipping %s, a dangling symlink", rel)
+                if not _within(target, root) or not target.exists():
+                    skipped_links.append(rel)
                     continue
             try:
                 info = path.stat()
@@ -146,6 +144,12 @@ def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
                     pending.append((path, rel, ignore_files, ancestors | {real}))
                 continue
             files.append(_WorkspaceFile(rel, path, info.st_size, bool(info.st_mode & 0o111)))
+    if skipped_links:
+        # One line, not one per link: a workspace such as a home directory can hold thousands.
+        examples = ", ".join(skipped_links[:3]) + (", ..." if len(skipped_links) > 3 else "")
+        logger.warning(
+            "bundle: skipped %d symlink(s) pointing outside the workspace or nowhere (%s)", len(skipped_links), examples
+        )
     files.sort(key=lambda item: item.arcname)
     return files
 
