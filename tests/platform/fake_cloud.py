@@ -12,7 +12,8 @@ is only ever observed by polling. Every failure a cloud produces can be injected
   or with `vanish=True` disappears entirely (`describe()` raises `ResourceNotFoundError`).
 - `add_existing_slice(group)`: a slice created before the controller started, labelled the way
   Iris labels its slices, so `list_slices` finds it.
-- `unavailable = True`: every call raises `PlatformUnavailableError`.
+- `unavailable = True`: every call raises `PlatformUnavailableError`; `fail_next_list()` only the
+  next `list_slices`.
 
 The platform keeps track of the resources that exist (`live_resources()`), so a test can assert
 that nothing is left behind after failures and terminations.
@@ -103,7 +104,9 @@ class FakeWorkerHandle:
 class FakeVmHandle(FakeWorkerHandle):
     """A standalone VM (the controller's): can be terminated and tagged."""
 
-    def __init__(self, platform: FakeCloudPlatform, name: str, labels: dict[str, str], metadata: dict[str, str]):
+    def __init__(
+        self, platform: FakeCloudPlatform, name: str, labels: dict[str, str], metadata: dict[str, str]
+    ):
         super().__init__(name, 0)
         self._platform = platform
         self.labels = dict(labels)
@@ -207,6 +210,7 @@ class FakeCloudPlatform:
         self._quota: dict[str, str] = {}  # zone -> message
         self._create_failures: list[str] = []
         self._bootstrap_failures: list[str] = []
+        self._list_failures = 0
         # What was asked of the platform, for assertions.
         self.create_requests: list[tuple[str, config_pb2.SliceConfig]] = []  # (zone, config) that got a slice
         self.refused_requests: list[tuple[str, str]] = []  # (zone, why)
@@ -223,10 +227,18 @@ class FakeCloudPlatform:
     def fail_next_create(self, message: str = "the cloud refused the request", count: int = 1) -> None:
         self._create_failures.extend([message] * count)
 
-    def fail_next_bootstrap(self, message: str = "bootstrap failed: worker image not found", count: int = 1) -> None:
+    def fail_next_bootstrap(
+        self, message: str = "bootstrap failed: worker image not found", count: int = 1
+    ) -> None:
         self._bootstrap_failures.extend([message] * count)
 
-    def kill_slice(self, slice_id: str, message: str = "the slice was preempted", vanish: bool = False) -> None:
+    def fail_next_list(self, count: int = 1) -> None:
+        """The next `count` list_slices calls raise PlatformUnavailableError (an API blip)."""
+        self._list_failures += count
+
+    def kill_slice(
+        self, slice_id: str, message: str = "the slice was preempted", vanish: bool = False
+    ) -> None:
         """A live slice dies. It reports FAILED (its remains exist until terminated), or with
         `vanish` disappears without a trace, as a slice deleted out of band does."""
         with self._lock:
@@ -334,9 +346,8 @@ class FakeCloudPlatform:
                 message = self._create_failures.pop(0)
                 self.refused_requests.append((zone, message))
                 raise PlatformError(message)
-            record = self._new_record(
-                config.name_prefix or self.label_prefix, zone, dict(config.labels), config.num_vms, self.clock()
-            )
+            prefix = config.name_prefix or self.label_prefix
+            record = self._new_record(prefix, zone, dict(config.labels), config.num_vms, self.clock())
             if self._bootstrap_failures:
                 record.bootstrap_failure = self._bootstrap_failures.pop(0)
             stored = config_pb2.SliceConfig()
@@ -358,7 +369,8 @@ class FakeCloudPlatform:
             if elapsed < record.create_ms:
                 return SliceStatus(CloudSliceState.CREATING, n, [], message="provisioning")
             if elapsed < record.create_ms + record.bootstrap_ms:
-                return SliceStatus(CloudSliceState.BOOTSTRAPPING, n, list(record.workers), message="bootstrapping")
+                workers = list(record.workers)
+                return SliceStatus(CloudSliceState.BOOTSTRAPPING, n, workers, message="bootstrapping")
             if record.bootstrap_failure is not None:
                 # The platform cleans up after a failed bootstrap itself and keeps reporting why.
                 record.failure = record.bootstrap_failure
@@ -378,6 +390,9 @@ class FakeCloudPlatform:
 
     def list_slices(self, zones: list[str], labels: dict[str, str] | None = None) -> list[FakeSliceHandle]:
         self._check_available()
+        if self._list_failures:
+            self._list_failures -= 1
+            raise PlatformUnavailableError("the fake cloud could not list slices; retry later")
         wanted = labels or {}
         any_zone = not zones or "" in zones
         with self._lock:

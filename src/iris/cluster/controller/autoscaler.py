@@ -146,7 +146,9 @@ def plan(
     need: dict[str, float] = collections.defaultdict(float)
 
     for unit in units:
-        able = [(g, g.cannot_serve(unit.demand, unit.gang_size)) for g in ordered]
+        # Work that needs no accelerator goes to plain groups first: buying a TPU host for it is a waste.
+        candidates = ordered if unit.demand.device is not None else sorted(ordered, key=lambda g: g.worker_device() is not None)
+        able = [(g, g.cannot_serve(unit.demand, unit.gang_size)) for g in candidates]
         servers = [g for g, why in able if not why]
         if not servers:
             detail = "; ".join(f"{g.name}: {why}" for g, why in able) or "no scale groups are configured"
@@ -261,6 +263,7 @@ class Autoscaler:
         self._idle_since: dict[str, int] = {}
         self._actions: collections.deque[pb.AutoscalerAction] = collections.deque(maxlen=RECENT_ACTIONS)
         self._last_plan = Plan()
+        self._adopted = False
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -283,10 +286,6 @@ class Autoscaler:
         self._wake.set()
 
     def _run(self) -> None:
-        try:
-            self.adopt_existing()
-        except Exception:
-            logger.exception("adopting existing slices failed; will retry on the next evaluation")
         while not self._stop.is_set():
             try:
                 self.evaluate()
@@ -326,8 +325,11 @@ class Autoscaler:
             seen.add(handle.slice_id)
             group = handle.scale_group
             if group not in self.groups:
-                self._record(group, "terminate_orphan", handle.slice_id, handle.zone, f"no scale group named {group!r}")
+                reason = f"no scale group named {group!r} is configured"
+                self._record(group, "terminate_orphan", handle.slice_id, handle.zone, reason)
                 handle.terminate()
+                if handle.slice_id in known:
+                    self._forget(handle.slice_id, known[handle.slice_id]["state"], reason, now)
                 continue
             if handle.slice_id not in known:
                 self._store.record_slice(
@@ -343,13 +345,17 @@ class Autoscaler:
 
     def _vanished(self, slice_id: str, group: str, state: str, now: int) -> None:
         reason = "the slice no longer exists on the platform"
+        self._forget(slice_id, state, reason, now)
+        self._record(group, "failed", slice_id, reason=reason)
+
+    def _forget(self, slice_id: str, state: str, reason: str, now: int) -> None:
+        """Record a slice that is gone from the platform as DELETED, failing its workers first."""
         if state not in ("FAILED", "DELETING"):
             self._store.update_slice(slice_id, "FAILED", reason, now, error=reason)
             self._fail_slice_workers(slice_id, reason)
         if state != "DELETING":
             self._store.update_slice(slice_id, "DELETING", "cleaning up", now)
         self._store.update_slice(slice_id, "DELETED", reason, now)
-        self._record(group, "failed", slice_id, reason=reason)
 
     def _fail_slice_workers(self, slice_id: str, reason: str) -> None:
         worker_ids = [
@@ -361,6 +367,14 @@ class Autoscaler:
     # ------------------------------------------------------------ one evaluation
 
     def evaluate(self) -> Plan:
+        if not self._adopted:
+            # Until the platform has been asked what exists, acting could double-create or leak slices.
+            try:
+                self.adopt_existing()
+            except PlatformError as exc:
+                logger.warning("cannot list existing slices yet (%s); retrying on the next evaluation", exc)
+                return self._last_plan
+            self._adopted = True
         self._observe_slices()
         now = _ms()
         views = self._slice_views(now)
@@ -369,12 +383,18 @@ class Autoscaler:
         with self._lock:
             groups = list(self.groups.values())
             result = plan(groups, views, units, now, self.settings)
+            newly_waiting = False
             for group in groups:
                 if result.demand.get(group.name):
                     if group.demand_since_ms is None:
                         group.demand_since_ms = now
+                        newly_waiting = True
                 else:
                     group.demand_since_ms = None
+            if newly_waiting:
+                # Demand first seen now must wait out scale_up_delay like any other: plan again
+                # with its start recorded.
+                result = plan(groups, views, units, now, self.settings)
             self._last_plan = result
         for name, count in result.scale_up.items():
             for _ in range(count):
@@ -419,6 +439,10 @@ class Autoscaler:
             row = rows.get(slice_id)
             if row is None:
                 continue
+            if row["state"] in ("DELETING", "FAILED"):
+                # A termination cut short (platform outage, controller crash): finish it.
+                self._terminate(slice_id, row["error"] or "finishing an interrupted termination", action="terminate")
+                continue
             try:
                 status = entry.handle.describe()
             except ResourceNotFoundError:
@@ -458,20 +482,26 @@ class Autoscaler:
                 row["state"],
                 f"worker(s) {', '.join(missing)} did not register within the startup grace period "
                 f"({self.settings.startup_grace_ms / 1000:.0f}s)",
+                never_usable=True,
             )
         else:
             entry.ready_at_ms = None
 
-    def _slice_failed(self, slice_id: str, entry: _Tracked, current: str, reason: str) -> None:
+    def _slice_failed(
+        self, slice_id: str, entry: _Tracked, current: str, reason: str, never_usable: bool = False
+    ) -> None:
         now = _ms()
         group = self.groups[entry.group]
         if current != "FAILED":
             self._store.update_slice(slice_id, "FAILED", reason, now, error=reason)
         self._fail_slice_workers(slice_id, reason)
-        group.record_failure(now, reason, self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)
+        if current != "READY" or never_usable:
+            # A slice that never came up says something about the group (bad image, no capacity);
+            # a READY slice dying (preemption) does not, so it costs no backoff.
+            group.record_failure(now, reason, self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)
         self._record(entry.group, "failed", slice_id, entry.zone, reason)
         # The platform cleans up after a failure itself; terminate() is the safety net.
-        self._terminate(slice_id, f"cleaning up after failure: {reason}")
+        self._terminate(slice_id, f"cleaning up after failure: {reason}", action="terminate")
 
     def _untrack(self, slice_id: str) -> None:
         with self._lock:
@@ -486,8 +516,8 @@ class Autoscaler:
         bootstrap.controller_address = self._controller_address
         return bootstrap
 
-    def _scale_up(self, group: ScalingGroup, reason: str) -> bool:
-        """Create one slice, trying the group's zones in order; False when none would take it."""
+    def _scale_up(self, group: ScalingGroup, reason: str) -> str | None:
+        """Create one slice, trying the group's zones in order; its id, or None when none would take it."""
         now = _ms()
         for zone in group.available_zones(now):
             config = prepare_slice_config(group.config.slice_template, group.name, self._labels.prefix, zone)
@@ -500,7 +530,7 @@ class Autoscaler:
             except PlatformError as exc:
                 group.record_failure(now, str(exc), self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)
                 self._record(group.name, "failed", zone=zone, reason=str(exc))
-                return False
+                return None
             self._store.record_slice(
                 handle.slice_id, group.name, handle.zone or zone, "CREATING", reason, now, handle.labels,
                 handle.created_at.epoch_ms,
@@ -509,10 +539,10 @@ class Autoscaler:
                 self._tracked[handle.slice_id] = _Tracked(handle, group.name, handle.zone or zone)
             group.last_scale_up_ms = now
             self._record(group.name, "scale_up", handle.slice_id, handle.zone or zone, reason)
-            return True
-        return False
+            return handle.slice_id
+        return None
 
-    def _terminate(self, slice_id: str, reason: str) -> None:
+    def _terminate(self, slice_id: str, reason: str, action: str = "scale_down") -> None:
         now = _ms()
         with self._lock:
             entry = self._tracked.get(slice_id)
@@ -521,12 +551,16 @@ class Autoscaler:
             return
         if row["state"] != "DELETING":
             self._store.update_slice(slice_id, "DELETING", reason, now)
-        self._record(row["scale_group"], "scale_down", slice_id, row["zone"], reason)
+        self._record(row["scale_group"], action, slice_id, row["zone"], reason)
         if entry is not None:
             try:
                 entry.handle.terminate()
             except ResourceNotFoundError:
                 pass
+            except PlatformError as exc:
+                # The slice stays DELETING; the next evaluation tries again.
+                logger.warning("terminating slice %s failed: %s; will retry", slice_id, exc)
+                return
         self._fail_slice_workers(slice_id, f"slice terminated: {reason}")
         self._store.update_slice(slice_id, "DELETED", "terminated", _ms())
         self._untrack(slice_id)
@@ -541,21 +575,20 @@ class Autoscaler:
         live = [r for r in self._store.slices() if r["scale_group"] == group_name and r["state"] not in ("DELETED", "DELETING", "FAILED")]
         if len(live) >= group.max_slices:
             raise ValueError(f"scale group {group_name} is at max_slices ({group.max_slices})")
-        before = set(self._tracked)
-        if not self._scale_up(group, "requested by an operator"):
+        slice_id = self._scale_up(group, "requested by an operator")
+        if slice_id is None:
             raise PlatformError(f"could not create a slice for {group_name}: {group.last_failure or 'no zone had quota'}")
-        (slice_id,) = set(self._tracked) - before
         return slice_id
 
     def terminate_slice(self, slice_id: str) -> None:
         if not any(r["slice_id"] == slice_id for r in self._store.slices()):
             raise ResourceNotFoundError(f"slice {slice_id} not found")
-        self._terminate(slice_id, "terminated by an operator")
+        self._terminate(slice_id, "terminated by an operator", action="terminate")
 
     def terminate_all(self) -> list[str]:
         ended = []
         for row in self._store.slices():
-            self._terminate(row["slice_id"], "terminated by an operator (all)")
+            self._terminate(row["slice_id"], "terminated by an operator (all)", action="terminate")
             ended.append(row["slice_id"])
         return ended
 
@@ -582,7 +615,9 @@ class Autoscaler:
                     priority=group.priority,
                     demand=self._last_plan.demand.get(name, 0),
                     unmet_reason=self._last_plan.unmet.get(name, ""),
-                    blocked_zones=[z for z, (until, _) in group.blocked_zones.items() if until > now],
+                    blocked_zones=[
+                        f"{z or 'default'}: {why}" for z, (until, why) in sorted(group.blocked_zones.items()) if until > now
+                    ],
                     consecutive_failures=group.consecutive_failures,
                     detail=group.last_failure,
                 )

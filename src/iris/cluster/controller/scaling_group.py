@@ -103,8 +103,18 @@ class ScalingGroup:
         device = self.worker_device()
         if demand.device is not None and device is not None and demand.device.count > device.count:
             return f"its workers have {device.count} {device.kind}s, the task needs {demand.device.count}"
-        if (offered.cpu_millicores or offered.memory_bytes) and not need.fits_in(offered):
-            return f"its workers offer {offered.describe()}, the task needs {need.describe()}"
+        # A dimension the group does not declare (0) is not known in advance, so it cannot rule a task out.
+        short = [
+            name
+            for name, have, want in (
+                ("cpu", offered.cpu_millicores, need.cpu_millicores),
+                ("memory", offered.memory_bytes, need.memory_bytes),
+                ("disk", offered.disk_bytes, need.disk_bytes),
+            )
+            if have and want > have
+        ]
+        if short:
+            return f"its workers offer {offered.describe()}, the task needs {need.describe()} (short of {', '.join(short)})"
         if gang_size > self.workers_per_slice:
             return f"a gang of {gang_size} needs a slice of {gang_size} workers; its slices have {self.workers_per_slice}"
         zones = self.zones()

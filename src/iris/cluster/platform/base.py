@@ -209,4 +209,6 @@ def prepare_slice_config(
     config.labels[labels.scale_group] = group_name
     if zone and config.WhichOneof("platform") == "gcp":
         config.gcp.zone = zone
+    elif zone and config.WhichOneof("platform") == "coreweave":
+        config.coreweave.region = zone
     return config
