@@ -161,6 +161,7 @@ def status(ctx: click.Context) -> None:
     console.print(f"[bold]cluster[/bold] {config.name}  controller {url}  pid {pid}")
     if autoscaler.enabled:
         _print_groups(autoscaler)
+        _print_actions(autoscaler, limit=8)
     console.print(f"[bold]workers[/bold] ({len(workers)})")
     console.print(workers_table(workers))
     console.print(f"[bold]recent jobs[/bold] ({len(jobs)})")
@@ -330,8 +331,14 @@ def autoscaler_status(ctx: click.Context, as_json: bool) -> None:
         click.echo("the autoscaler is off: the config defines no scale_groups")
         return
     _print_groups(status)
-    console.print("[bold]recent actions[/bold]")
-    for action in list(status.recent_actions)[:20]:
+    _print_actions(status, limit=20)
+
+
+def _print_actions(status: pb.GetAutoscalerStatusResponse, limit: int) -> None:
+    if not status.recent_actions:
+        return
+    console.print("[bold]recent autoscaler actions[/bold]")
+    for action in list(status.recent_actions)[:limit]:
         console.print(f"  {age(action.at)}  {action.scale_group}  {action.action}  {action.slice_id}  {action.reason}")
 
 
