@@ -108,3 +108,19 @@ def test_local_worker_logs_returns_the_daemons_output(platform):
 def test_local_platform_without_controller_address_refuses_with_reason(platform):
     with pytest.raises(Exception, match="no controller_address"):
         platform.create_slice(prepare_slice_config(_template(1), "cpu", "test"), config_pb2.BootstrapConfig())
+
+
+def test_local_platform_shutdown_stops_what_it_started_but_not_adopted_slices(platform, tmp_path):
+    adopted = platform.create_slice(prepare_slice_config(_template(1), "cpu", "test"), _bootstrap())
+    later = LocalPlatform(tmp_path / "platform", "test")
+    started = later.create_slice(prepare_slice_config(_template(1), "cpu", "test"), _bootstrap())
+    started_pids = _pids(started)
+
+    later.shutdown()
+
+    wait_until(
+        lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in started_pids),
+        20, 0.05, "the started slice's workers to exit",
+    )  # fmt: skip
+    assert [h.slice_id for h in later.list_slices([])] == [adopted.slice_id]
+    assert adopted.describe().state == CloudSliceState.READY

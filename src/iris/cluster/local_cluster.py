@@ -140,6 +140,7 @@ class LocalCluster:
         if platform is not None and terminate_slices:
             for handle in platform.list_slices([]):
                 handle.terminate()
+            platform.shutdown()
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None

@@ -280,7 +280,6 @@ class Autoscaler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(30)
-        self._platform.shutdown()
 
     def wake(self) -> None:
         self._wake.set()

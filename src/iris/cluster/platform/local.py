@@ -260,6 +260,8 @@ class LocalPlatform:
         self._kill_grace_s = kill_grace_s
         self._config_path = config_path
         self._lock = threading.Lock()
+        self._started_slices: set[str] = set()
+        self._started_vms: set[str] = set()
         (state_dir / "slices").mkdir(parents=True, exist_ok=True)
         (state_dir / "vms").mkdir(parents=True, exist_ok=True)
 
@@ -337,6 +339,7 @@ class LocalPlatform:
                     }
                 )
             self._write(self._slice_path(slice_id), record)
+            self._started_slices.add(slice_id)
         logger.info("created local slice %s with %d worker(s)", slice_id, len(record["workers"]))
         return LocalSliceHandle(self, record)
 
@@ -370,6 +373,8 @@ class LocalPlatform:
         for worker in record["workers"]:
             _stop_process(worker["pid"], worker["create_time"])
         path.unlink(missing_ok=True)
+        with self._lock:
+            self._started_slices.discard(slice_id)
         logger.info("terminated local slice %s", slice_id)
 
     # ------------------------------------------------------------ the controller "VM"
@@ -399,6 +404,8 @@ class LocalPlatform:
             "metadata": dict(config.metadata),
         }
         self._write(self._vm_path(name), record)
+        with self._lock:
+            self._started_vms.add(name)
         return LocalControllerHandle(self, record)
 
     def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list[LocalControllerHandle]:
@@ -436,7 +443,20 @@ class LocalPlatform:
         raise ResourceNotFoundError(f"no local worker or VM named {worker_id}")
 
     def shutdown(self) -> None:
-        """Nothing to release: worker processes are cloud resources here, ended by terminate()."""
+        """Stop every slice and controller this object started, leaving nothing running.
+
+        Slices adopted from an earlier process are not this object's to end; `terminate()` them.
+        """
+        with self._lock:
+            started_slices, started_vms = list(self._started_slices), list(self._started_vms)
+            self._started_slices.clear()
+            self._started_vms.clear()
+        for slice_id in started_slices:
+            self._terminate_slice(slice_id)
+        for name in started_vms:
+            record = self._load_slice(self._vm_path(name))
+            if record is not None:
+                LocalControllerHandle(self, record).terminate()
 
 
 def _healthy(address: str) -> bool:
