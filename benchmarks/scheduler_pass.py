@@ -28,6 +28,7 @@ import random
 import statistics
 import time
 
+from benchmarks.common import Row, Target, percentile
 from iris.cluster.controller.scheduler import (
     Device,
     Resources,
@@ -56,11 +57,11 @@ def tpu_variant(hosts: int) -> str:
     return f"v5litepod-{hosts * CHIPS_PER_HOST}"
 
 
-def make_workers(rng: random.Random, full: bool) -> list[WorkerCapacity]:
+def make_workers(rng: random.Random, full: bool, count: int = WORKERS) -> list[WorkerCapacity]:
     workers: list[WorkerCapacity] = []
     slice_index = 0
-    while len(workers) < WORKERS:
-        size = min(SLICE_SIZES[slice_index % len(SLICE_SIZES)], WORKERS - len(workers))
+    while len(workers) < count:
+        size = min(SLICE_SIZES[slice_index % len(SLICE_SIZES)], count - len(workers))
         name = f"slice-{slice_index:04d}"
         zone = rng.choice(ZONES)
         cpu_gen = rng.randint(2, 5)
@@ -118,7 +119,7 @@ def random_constraints(rng: random.Random) -> tuple[Constraint, ...]:
     )
 
 
-def make_tasks(rng: random.Random) -> tuple[list[TaskDemand], int]:
+def make_tasks(rng: random.Random, count: int = TASKS) -> tuple[list[TaskDemand], int]:
     """Jobs in submission order; returns the tasks (as the store orders them) and the gang count."""
     jobs: list[list[TaskDemand]] = []
     counts = {"tasks": 0, "constrained": 0}
@@ -131,7 +132,7 @@ def make_tasks(rng: random.Random) -> tuple[list[TaskDemand], int]:
             return random_constraints(rng)
         return ()
 
-    gang_tasks_left = int(TASKS * GANG_SHARE)
+    gang_tasks_left = int(count * GANG_SHARE)
     gangs = 0
     while gang_tasks_left > 0:
         size = min(rng.randint(4, 16), gang_tasks_left)
@@ -145,7 +146,7 @@ def make_tasks(rng: random.Random) -> tuple[list[TaskDemand], int]:
         jobs.append([dataclasses.replace(template, task_id=f"{job_id}/{i}") for i in range(size)])
         gangs += 1
         gang_tasks_left -= size
-    single_tasks_left = TASKS - int(TASKS * GANG_SHARE)
+    single_tasks_left = count - int(count * GANG_SHARE)
     job_number = 0
     while single_tasks_left > 0:
         replicas = min(rng.choice([1, 1, 2, 4, 8, 16, 32]), single_tasks_left)
@@ -158,14 +159,8 @@ def make_tasks(rng: random.Random) -> tuple[list[TaskDemand], int]:
         single_tasks_left -= replicas
     rng.shuffle(jobs)
     tasks = [task for job in jobs for task in job]
-    assert len(tasks) == TASKS
+    assert len(tasks) == count
     return tasks, gangs
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 @dataclasses.dataclass
@@ -181,11 +176,11 @@ class Measurement:
 
 
 def measure(
-    scenario: str, repeat: int, seed: int
+    scenario: str, repeat: int, seed: int, task_count: int = TASKS, worker_count: int = WORKERS
 ) -> tuple[Measurement, list[TaskDemand], list[WorkerCapacity]]:
     # Separate streams: both scenarios get the same tasks, only the workers' load differs.
-    workers = make_workers(random.Random(f"workers-{seed}"), full=scenario == "full")
-    tasks, gangs = make_tasks(random.Random(f"tasks-{seed}"))
+    workers = make_workers(random.Random(f"workers-{seed}"), scenario == "full", worker_count)
+    tasks, gangs = make_tasks(random.Random(f"tasks-{seed}"), task_count)
     times_ms = []
     result = None
     for _ in range(repeat):
@@ -251,6 +246,27 @@ def profile(tasks: list[TaskDemand], workers: list[WorkerCapacity], limit: int =
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(limit)
     return out.getvalue()
+
+
+def rows(quick: bool, with_ray: bool, task_count: int = TASKS, worker_count: int = WORKERS) -> list[Row]:
+    """Rows for `benchmarks.run`; Ray has no peer for one pass of a pure placement function."""
+    repeat = 3 if quick else 10
+    result = []
+    for scenario in ("mixed", "full"):
+        m, _, _ = measure(scenario, repeat, 3, task_count, worker_count)
+        result.append(
+            Row(
+                f"scheduler_pass.{scenario}",
+                f"scheduler pass, {m.tasks:,} tasks x {m.workers:,} workers, {scenario} "
+                f"({len(m.result.assignments):,} placed)",
+                "ms",
+                m.times_ms,
+                None,
+                "no peer",
+                [Target(f"<= {TARGET_MS:.0f} ms", "max", TARGET_MS)],
+            )
+        )
+    return result
 
 
 def main() -> None:

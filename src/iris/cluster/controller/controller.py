@@ -27,6 +27,9 @@ from iris.rpc.cluster_connect import WorkerServiceClient
 
 logger = logging.getLogger(__name__)
 
+# How long the scheduler lets further submits gather after a wake-up before it runs.
+SCHEDULING_COALESCE_S = 0.002
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -162,6 +165,8 @@ class Controller:
                 await asyncio.wait_for(self._schedule_event.wait(), self.settings.scheduler_fallback_interval_s)
             except TimeoutError:
                 pass
+            # A burst of submits shares one pass: the first wakes us, the rest land in this pause.
+            await asyncio.sleep(SCHEDULING_COALESCE_S)
             self._schedule_event.clear()
             try:
                 self.run_scheduling_pass()

@@ -31,6 +31,7 @@ from iris.cluster.controller.transitions import (
 from iris.cluster.types import (
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
+    AttributeValue,
     Constraint,
     attribute_from_proto,
     task_state_name,
@@ -166,6 +167,12 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX slices_group ON slices(scale_group, state);
     """,
+    # 4: ListJobs pages in its own order without sorting (deep pages of 100k jobs stay fast)
+    """
+    CREATE INDEX jobs_listing ON jobs(submitted_at_ms DESC, job_id);
+    DROP INDEX jobs_state;
+    CREATE INDEX jobs_state_listing ON jobs(state, submitted_at_ms DESC, job_id);
+    """,
 ]
 
 logger = logging.getLogger(__name__)
@@ -225,6 +232,8 @@ class ControllerStore:
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._requests: dict[str, pb.LaunchJobRequest] = {}
         self._demand_templates: dict[str, TaskDemand] = {}
+        # worker id -> (registered_at_ms, (capacity, attributes, device))
+        self._worker_offers: dict[str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]] = {}
         self._migrate()
 
     # ------------------------------------------------------------ plumbing
@@ -517,21 +526,37 @@ class ControllerStore:
                     # A whole-host TPU request (count 0) takes every chip: count it as "a lot".
                     devices_used[worker_id] = devices_used.get(worker_id, 0) + (device.count or 1 << 20)
             workers = []
-            for w in db.execute(f"SELECT * FROM workers WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"):
-                meta = pb.WorkerMetadata.FromString(w["metadata"])
-                total = Resources(meta.cpu_millicores, meta.memory_bytes, meta.disk_bytes)
-                device = _worker_device(meta)
+            for w in db.execute(
+                f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+                f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
+            ):
+                total, attributes, device = self._worker_offer(w)
                 workers.append(
                     WorkerCapacity(
                         w["worker_id"],
                         total,
                         total - committed.get(w["worker_id"], Resources()),
-                        {k: attribute_from_proto(v) for k, v in meta.attributes.items()},
+                        attributes,
                         device,
                         max(0, (device.count if device else 0) - devices_used.get(w["worker_id"], 0)),
                     )
                 )
         return demands, workers
+
+    def _worker_offer(self, row: sqlite3.Row) -> tuple[Resources, dict[str, AttributeValue], Device | None]:
+        """A worker's capacity, attributes and device, parsed once per registration: every
+        scheduling pass needs them for every worker."""
+        cached = self._worker_offers.get(row["worker_id"])
+        if cached is not None and cached[0] == row["registered_at_ms"]:
+            return cached[1]
+        meta = pb.WorkerMetadata.FromString(row["metadata"])
+        offer = (
+            Resources(meta.cpu_millicores, meta.memory_bytes, meta.disk_bytes),
+            {k: attribute_from_proto(v) for k, v in meta.attributes.items()},
+            _worker_device(meta),
+        )
+        self._worker_offers[row["worker_id"]] = (row["registered_at_ms"], offer)
+        return offer
 
     def expire_unschedulable(self, now_ms: int) -> Effects:
         """Tasks pending past their job's scheduling timeout become UNSCHEDULABLE, with the reason

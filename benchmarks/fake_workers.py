@@ -1,0 +1,156 @@
+"""Many simulated workers in one process, each speaking the real WorkerService over loopback.
+
+Run by the controller scale benchmark as
+`python -m benchmarks.fake_workers --controller URL --count 1000`.
+
+One uvicorn server (the same HTTP stack a real worker serves on) hosts every worker under its own
+path: worker `fake-0042` is at `http://127.0.0.1:PORT/w/fake-0042`, so the controller keeps one
+address, one client and one connection per worker as it would for real hosts. Each path is a
+generated `WorkerServiceASGIApplication` around a fake that runs nothing: it answers Heartbeat with
+no tasks, refuses a heartbeat meant for another worker id like the real worker does, and knows no
+task. The workers register through the controller's Register RPC, as real ones do.
+
+Prints one JSON line, {"pid": ..., "registered": N}, once every worker is registered, then serves
+until stdin closes or says `quit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import uvicorn
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris.cluster.http_server import bind_socket
+from iris.cluster.types import attribute_to_proto
+from iris.rpc import cluster_pb2 as pb
+from iris.rpc.cluster_connect import ControllerServiceClientSync, WorkerServiceASGIApplication
+from iris.time import wait_until
+
+GB = 1000**3
+REGISTER_THREADS = 8
+
+
+def worker_id(index: int) -> str:
+    return f"fake-{index:04d}"
+
+
+def metadata(index: int) -> pb.WorkerMetadata:
+    """A mid-size CPU host; attributes like a pool of scale groups in four zones."""
+    meta = pb.WorkerMetadata(
+        hostname=f"fake-host-{index:04d}",
+        ip_address="127.0.0.1",
+        cpu_millicores=32_000,
+        memory_bytes=128 * GB,
+        disk_bytes=500 * GB,
+        runtime="process",
+        iris_version="benchmark",
+    )
+    for key, value in {
+        "zone": f"zone-{index % 4}",
+        "scale-group": f"cpu-group-{index % 10}",
+        "preemptible": "true" if index % 3 == 0 else "false",
+    }.items():
+        meta.attributes[key].CopyFrom(attribute_to_proto(value))
+    return meta
+
+
+class FakeWorker:
+    """A worker with no tasks: everything it is asked to run or expected to hold, it does not have."""
+
+    def __init__(self, worker_id: str):
+        self.worker_id = worker_id
+
+    async def heartbeat(self, request: pb.HeartbeatRequest, ctx) -> pb.HeartbeatResponse:
+        if request.worker_id and request.worker_id != self.worker_id:
+            raise ConnectError(Code.FAILED_PRECONDITION, f"this is worker {self.worker_id}, not {request.worker_id}")
+        return pb.HeartbeatResponse(worker_id=self.worker_id)
+
+    async def get_task_status(self, request: pb.WorkerGetTaskStatusRequest, ctx) -> pb.WorkerTaskStatus:
+        raise ConnectError(Code.NOT_FOUND, f"task {request.task_id} is not on this worker")
+
+    async def list_tasks(self, request: pb.WorkerListTasksRequest, ctx) -> pb.WorkerListTasksResponse:
+        return pb.WorkerListTasksResponse()
+
+    async def fetch_task_logs(self, request: pb.FetchTaskLogsRequest, ctx) -> pb.FetchTaskLogsResponse:
+        raise ConnectError(Code.NOT_FOUND, f"task {request.task_id} is not on this worker")
+
+    async def health_check(self, request: pb.HealthCheckRequest, ctx) -> pb.HealthCheckResponse:
+        return pb.HealthCheckResponse(healthy=True, worker_id=self.worker_id, runtime="process")
+
+
+class PathDispatch:
+    """ASGI app routing `/w/<worker id>/<rpc path>` to that worker's WorkerService app in one dict
+    lookup (a Starlette Mount per worker would scan a thousand routes per request)."""
+
+    def __init__(self, apps: dict[str, WorkerServiceASGIApplication]):
+        self.apps = apps
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        parts = scope["path"].split("/", 3)
+        app = self.apps.get(parts[2]) if len(parts) == 4 and parts[1] == "w" else None
+        if app is None:
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(dict(scope, path="/" + parts[3], root_path=""), receive, send)
+
+
+def serve(count: int, sock: socket.socket) -> tuple[uvicorn.Server, threading.Thread]:
+    apps = {worker_id(i): WorkerServiceASGIApplication(FakeWorker(worker_id(i))) for i in range(count)}
+    server = uvicorn.Server(
+        uvicorn.Config(PathDispatch(apps), log_level="warning", access_log=False, lifespan="off")
+    )
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 30, 0.01, "the fake workers' server to start")
+    return server, thread
+
+
+def register_all(controller_url: str, base_url: str, count: int) -> None:
+    local = threading.local()
+
+    def register(index: int) -> None:
+        if not hasattr(local, "client"):
+            local.client = ControllerServiceClientSync(controller_url, send_compression=None)
+        local.client.register(
+            pb.RegisterRequest(worker_id=worker_id(index), address=f"{base_url}/w/{worker_id(index)}", metadata=metadata(index)),
+            timeout_ms=30_000,
+        )
+
+    with ThreadPoolExecutor(REGISTER_THREADS) as pool:
+        list(pool.map(register, range(count)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--controller", required=True, help="controller URL")
+    parser.add_argument("--count", type=int, default=1000)
+    args = parser.parse_args()
+    sock = bind_socket("127.0.0.1", 0)
+    server, thread = serve(args.count, sock)
+    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        register_all(args.controller, base_url, args.count)
+        print(json.dumps({"pid": os.getpid(), "registered": args.count}), flush=True)
+        for line in sys.stdin:
+            if line.strip() == "quit":
+                break
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+if __name__ == "__main__":
+    main()
