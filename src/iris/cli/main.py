@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from iris.cli.build import build
 from iris.cli.cluster import cluster
 from iris.cli.job import job, run, submit
 
@@ -49,6 +50,7 @@ iris.add_command(run)
 iris.add_command(submit)
 iris.add_command(job)
 iris.add_command(cluster)
+iris.add_command(build)
 
 
 def main() -> None:

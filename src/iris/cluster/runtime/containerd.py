@@ -15,7 +15,8 @@ containerd writes each container's output to a log file in the CRI format
 state dir; the runtime reads it from there, so a worker running in a container must see that
 directory at the same path. TPU tasks get /dev/vfio and SYS_RESOURCE; the shared-memory size and
 memlock limit of seed 004 have no CRI field and come from containerd's base runtime spec. GPU tasks
-run with the `nvidia` runtime handler, which the host's containerd config must define.
+run with the `nvidia` runtime handler, which the host's containerd config must define. disk_bytes
+is not enforced: CRI has no limit for a container's writable layer.
 """
 
 from __future__ import annotations
@@ -53,8 +54,6 @@ POLL_INTERVAL_SECONDS = 0.1
 _RPC_TIMEOUT_SECONDS = 60.0
 # Image pulls move gigabytes; they get their own bound.
 _PULL_TIMEOUT_SECONDS = 1800.0
-# containerd may report the exit a moment before its log copier wrote the last bytes.
-_LOG_SETTLE_SECONDS = 0.2
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -217,12 +216,12 @@ class ContainerdContainerHandle(EngineContainerHandle):
         waiter = threading.Event()
         while True:
             status = self._runtime.call("ContainerStatus", container_id=cri_id).status
+            # containerd reports the exit only after its log copier finished, so this read, after
+            # the status, sees the whole log once the container is EXITED.
             log.read_new()
             if status.state == pb.CONTAINER_EXITED:
                 break
             waiter.wait(POLL_INTERVAL_SECONDS)
-        while log.read_new():
-            waiter.wait(_LOG_SETTLE_SECONDS)
         log.close()
         never_ran = status.reason == "StartError"
         return EngineExit(

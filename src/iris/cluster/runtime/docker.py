@@ -8,7 +8,8 @@ with another network mode they are published on the same host port), run under D
 the command gets signals and its exit code as a normal process would (a command killed by signal
 N exits 128+N), and get the workdir mounted at its own path. When the worker itself runs in a
 container with the engine's socket mounted, its cache directory must be mounted at the same path
-as on the host for that mount to find the bundle.
+as on the host for that mount to find the bundle. disk_bytes is not enforced: Docker limits a
+container's writable layer only on overlay2 over XFS with project quotas.
 """
 
 from __future__ import annotations
@@ -185,10 +186,13 @@ class DockerContainerHandle(EngineContainerHandle):
             raise ContainerError(_explain(exc)) from exc
         self._step_started(name)
         stream = _LogStream(on_output)
+        follower = threading.Thread(
+            target=self._follow, args=(name, stream, True, True), name=f"setup-{name}", daemon=True
+        )
+        follower.start()
         try:
-            # The follow stream ends when the step's container stops.
-            self._follow(name, stream, True, True)
             self._api.wait(name)
+            follower.join(_FOLLOWER_JOIN_SECONDS)
             self._catch_up(name, stream, True, True)
             stream.close()
             result = self._inspect_exit(name)
@@ -201,8 +205,14 @@ class DockerContainerHandle(EngineContainerHandle):
         return result
 
     def _engine_stats(self) -> ContainerStats:
+        import docker.errors
+
         try:
-            raw = self._api.stats(self.container_id, stream=False, one_shot=True)
+            try:
+                raw = self._api.stats(self.container_id, stream=False, one_shot=True)
+            except docker.errors.InvalidVersion:
+                # Engines before API 1.41 always sample twice, a second apart.
+                raw = self._api.stats(self.container_id, stream=False)
         except self._errors as exc:
             raise ContainerError(_explain(exc)) from exc
         memory = raw.get("memory_stats") or {}
