@@ -38,6 +38,7 @@ from iris.cluster.runtime.engine import (
     EngineContainerHandle,
     EngineExit,
     LineAssembler,
+    check_config,
     container_env,
     container_name,
     cpu_percent,
@@ -279,13 +280,7 @@ class ContainerdRuntime:
             raise ContainerError(f"cannot reach containerd's CRI API at {self.endpoint}: {exc}") from exc
 
     def create_container(self, config: ContainerConfig) -> ContainerdContainerHandle:
-        if not config.workdir.is_dir():
-            raise ContainerError(f"workdir {config.workdir} does not exist")
-        if not config.image:
-            raise ContainerError(
-                "the containerd runtime runs tasks in a task image, and none is set: "
-                "set defaults.bootstrap.task_image in the cluster config"
-            )
+        check_config(config, "containerd")
         self._ensure_image(config.image)
         name = container_name(config)
         log_dir = self._log_root / name

@@ -30,6 +30,7 @@ from iris.cluster.runtime.engine import (
     EngineContainerHandle,
     EngineExit,
     LineAssembler,
+    check_config,
     container_env,
     container_name,
     cpu_percent,
@@ -297,13 +298,7 @@ class DockerRuntime:
         self._live: set[str] = set()
 
     def create_container(self, config: ContainerConfig) -> DockerContainerHandle:
-        if not config.workdir.is_dir():
-            raise ContainerError(f"workdir {config.workdir} does not exist")
-        if not config.image:
-            raise ContainerError(
-                "the docker runtime runs tasks in a task image, and none is set: "
-                "set defaults.bootstrap.task_image in the cluster config"
-            )
+        check_config(config, "docker")
         self._ensure_image(config.image)
         name = container_name(config)
         kwargs = self._create_kwargs(config, name)

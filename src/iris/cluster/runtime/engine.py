@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import NoReturn
 
-from iris.cluster.runtime.process import PACKAGES_DIRNAME
+from iris.cluster.runtime.process import PACKAGES_DIRNAME, TIMEOUT_GRACE_SECONDS
 from iris.cluster.runtime.types import (
     BuildFailedError,
     ContainerConfig,
@@ -40,7 +40,6 @@ from iris.cluster.runtime.types import (
     LogSource,
 )
 
-TIMEOUT_GRACE_SECONDS = 5.0
 LABEL_ROLE = "iris.role"
 ROLE_MAIN = "main"
 ROLE_SETUP = "setup"
@@ -440,3 +439,14 @@ class EngineContainerHandle(ABC):
             finished = max(finished, self._status.started_at_ms)
         self._status.finished_at_ms = finished
         self._exited.set()
+
+
+def check_config(config: ContainerConfig, runtime_name: str) -> None:
+    """What an image-based runtime needs before it creates anything."""
+    if not config.workdir.is_dir():
+        raise ContainerError(f"workdir {config.workdir} does not exist")
+    if not config.image:
+        raise ContainerError(
+            f"the {runtime_name} runtime runs tasks in a task image, and none is set: "
+            "set defaults.bootstrap.task_image in the cluster config"
+        )
