@@ -333,7 +333,8 @@ class Job:
                         + (f": {status.pending_reason}" if status.pending_reason else "")
                     )
                 time.sleep(delay)
-                delay = min(delay * 1.5, poll_interval if poll_interval > 0.02 else 0.02, 1.0) or poll_interval
+                # Poll fast at first (most jobs here are short), easing off to poll_interval.
+                delay = min(delay * 1.5, max(poll_interval, 0.02))
         if raise_on_failure and status.state != pb.JOB_STATE_SUCCEEDED:
             raise JobFailedError(status)
         return status
