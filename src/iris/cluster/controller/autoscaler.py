@@ -31,9 +31,9 @@ from iris.cluster.platform.base import (
     SliceHandle,
     prepare_slice_config,
 )
+from iris.cluster.types import attribute_from_proto
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc import config_pb2
-from iris.rpc import time_pb2
+from iris.rpc import config_pb2, time_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -645,9 +645,7 @@ def slice_info(row, view: SliceView | None = None, history: list[pb.StateTransit
     return info
 
 
+
 def _attr(worker: pb.WorkerInfo, key: str) -> str:
     value = worker.metadata.attributes.get(key)
-    if value is None:
-        return ""
-    kind = value.WhichOneof("value")
-    return "" if kind is None else str(getattr(value, kind))
+    return "" if value is None else str(attribute_from_proto(value))

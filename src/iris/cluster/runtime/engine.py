@@ -179,14 +179,6 @@ class LineAssembler:
         if complete:
             self._flush()
 
-    def feed_chunk(self, text: str, timestamp_ms: int) -> None:
-        """Text that may hold several lines; a trailing piece without newline stays pending."""
-        pieces = text.split("\n")
-        for piece in pieces[:-1]:
-            self.feed(piece, timestamp_ms, complete=True)
-        if pieces[-1]:
-            self.feed(pieces[-1], timestamp_ms, complete=False)
-
     def close(self) -> None:
         if self._pending:
             self._flush()
