@@ -213,7 +213,7 @@ def _bucket_exists(scheme: str, rest: str) -> bool | None:
     try:
         fs, _ = filesystem_for(f"{scheme}://{rest}")
         return bool(fs.exists(_bucket_of(rest)))
-    except Exception:  # noqa: BLE001 - only refines the message of an error that is already raised
+    except Exception:
         return None
 
 

@@ -16,6 +16,7 @@ from iris.cluster.platform.factory import create_platform
 from iris.config import load_and_validate
 from iris.rpc import config_pb2
 
+
 def controller_url_from_config(config: config_pb2.IrisClusterConfig, config_path: str) -> str:
     try:
         platform = create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))

@@ -40,7 +40,10 @@ def _open_client(stack: ExitStack, local: bool, config_path: str | None, control
     if local:
         if config_path or controller_url:
             raise click.UsageError("--local starts its own cluster; do not combine it with --config or --controller-url")
-        progress = lambda message: click.secho(f"iris: {message}", err=True, dim=True)  # noqa: E731
+
+        def progress(message: str) -> None:
+            click.secho(f"iris: {message}", err=True, dim=True)
+
         progress("starting a local cluster")
         return stack.enter_context(IrisClient.local(workers=1, progress=progress))
     return stack.enter_context(IrisClient.remote(resolve_controller_url(config_path, controller_url)))

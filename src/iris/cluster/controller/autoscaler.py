@@ -645,7 +645,6 @@ def slice_info(row, view: SliceView | None = None, history: list[pb.StateTransit
     return info
 
 
-
 def _attr(worker: pb.WorkerInfo, key: str) -> str:
     value = worker.metadata.attributes.get(key)
     return "" if value is None else str(attribute_from_proto(value))

@@ -21,9 +21,9 @@ from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller, ControllerSettings
 from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.store import ControllerStore
+from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
-from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.types import job_state_name
 from iris.config import DEFAULT_CONTROLLER_PORT, ConfigError, load_and_validate
 from iris.rpc import cluster_pb2 as pb

@@ -20,10 +20,10 @@ from connectrpc.errors import ConnectError
 from iris.cluster.controller.autoscaler import Autoscaler, slice_info
 from iris.cluster.controller.controller import Controller, now_ms
 from iris.cluster.controller.store import JobExistsError, NotFoundError
+from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
-from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.storage import StorageError
 
 logger = logging.getLogger(__name__)

@@ -346,7 +346,7 @@ class ProcessContainerHandle:
             start_new_session=True,
             # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
             # one only makes raw syscalls through a libc handle loaded at import.
-            preexec_fn=_pdeathsig_preexec(os.getpid()),  # noqa: PLW1509
+            preexec_fn=_pdeathsig_preexec(os.getpid()),
         )
         assert proc.stdout is not None
         pipes: list[tuple[IO[bytes], LogSource]] = [(proc.stdout, "build" if merge_output else "stdout")]

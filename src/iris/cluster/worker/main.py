@@ -15,6 +15,7 @@ from starlette.routing import Route
 from iris.chaos import load_from_env
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
+from iris.cluster.types import parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
 from iris.cluster.worker.service import WorkerServiceImpl
 from iris.cluster.worker.worker import Worker, WorkerSettings
@@ -24,7 +25,6 @@ from iris.config import (
     load_and_validate,
     parse_size,
 )
-from iris.cluster.types import parse_gpu_spec, tpu_device, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 
