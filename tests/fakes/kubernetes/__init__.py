@@ -1,0 +1,1 @@
+"""A fake Kubernetes API server with a simulated control plane, for tests (see cluster.py)."""

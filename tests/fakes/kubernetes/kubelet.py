@@ -1,0 +1,865 @@
+"""The fake's kubelet: runs every Pod bound to a node for real, as Docker containers on the test
+session's dockerd, and reports them through Pod status, Events, `pods/log`, `pods/exec` and the
+metrics API.
+
+Per Pod a worker thread walks the real kubelet's path: mount volumes (FailedMount while a
+ConfigMap or Secret is missing), check the image (ErrImagePull / ImagePullBackOff when the engine
+does not have it: no registry is reachable, so nothing is ever pulled), resolve env
+(CreateContainerConfigError for a missing Secret or key), run init containers in order, then the
+containers, restarting them by the Pod's restartPolicy with CrashLoopBackOff between attempts.
+Deleting a Pod stops its containers with the grace period (SIGTERM, then SIGKILL), records how they
+ended, and only then removes the object. All containers share the host network, so a Pod's ports
+are reachable on loopback as with `hostNetwork: true`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from fakes.kubernetes.control_plane import NODES, PODS, parse_quantity, record_event
+from fakes.kubernetes.store import ApiError, Store, WatchEvent, now_rfc3339
+from fakes.kubernetes.websocket import ConnectionClosed, WebSocket
+
+LABEL_CLUSTER = "fake-kubernetes.cluster"
+LABEL_POD_UID = "fake-kubernetes.pod-uid"
+_POLL_SECONDS = 0.1
+_COMPONENT = "kubelet"
+
+
+def _docker_time(text: str | None) -> str | None:
+    """Docker's nanosecond timestamps at the seconds resolution Pod status carries."""
+    if not text or text.startswith("0001-"):
+        return None
+    return text.split(".")[0].rstrip("Z") + "Z"
+
+
+@dataclass
+class ContainerRecord:
+    name: str
+    spec: dict[str, Any]
+    init: bool
+    docker_ids: list[str] = field(default_factory=list)
+    restart_count: int = 0
+    # One of the Pod status `state` shapes: {"waiting": ...}, {"running": ...}, {"terminated": ...}.
+    state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: dict[str, Any] = field(default_factory=dict)
+    restart_at: float | None = None
+
+    @property
+    def current_id(self) -> str | None:
+        return self.docker_ids[-1] if self.docker_ids else None
+
+    def status(self) -> dict[str, Any]:
+        running = "running" in self.state
+        return {
+            "name": self.name,
+            "image": self.spec.get("image", ""),
+            "imageID": f"docker-pullable://{self.spec.get('image', '')}" if self.docker_ids else "",
+            **({"containerID": f"docker://{self.current_id}"} if self.current_id else {}),
+            "ready": running,
+            "started": running,
+            "restartCount": self.restart_count,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
+
+
+class ConfigError(Exception):
+    """A container cannot be configured yet (missing Secret/ConfigMap or key); the reason says which."""
+
+
+class PodWorker:
+    def __init__(self, kubelet: Kubelet, pod: dict[str, Any]) -> None:
+        self.kubelet = kubelet
+        self.uid = pod["metadata"]["uid"]
+        self.namespace = pod["metadata"]["namespace"]
+        self.name = pod["metadata"]["name"]
+        self.pod = pod
+        spec = pod["spec"]
+        self.init_records = [ContainerRecord(c["name"], c, True) for c in spec.get("initContainers") or []]
+        self.records = [ContainerRecord(c["name"], c, False) for c in spec.get("containers") or []]
+        self.volume_dir = kubelet.state_dir / "pods" / self.uid
+        self.binds: dict[str, dict[str, str]] = {}
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"kubelet-{self.name}", daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._publish(phase="Pending")
+            if not self._mount_volumes():
+                return
+            if not self._run_init_containers():
+                return
+            self._run_containers()
+        except _PodGone:
+            pass
+        finally:
+            self._teardown()
+
+    def _current(self) -> dict[str, Any]:
+        pod = self.kubelet.store.find(PODS, self.namespace, self.name)
+        if pod is None or pod["metadata"]["uid"] != self.uid or self.kubelet.stopping.is_set():
+            raise _PodGone()
+        self.pod = pod
+        return pod
+
+    def _deleting(self) -> bool:
+        return bool(self._current()["metadata"].get("deletionTimestamp"))
+
+    def _event(self, event_type: str, reason: str, message: str) -> None:
+        record_event(self.kubelet.store, self.pod, event_type, reason, message, _COMPONENT)
+
+    # -- volumes --------------------------------------------------------------------------------
+
+    def _mount_volumes(self) -> bool:
+        """Prepare every volume; retried (with a FailedMount event each time) until it works."""
+        while True:
+            if self._deleting():
+                return False
+            try:
+                self.binds = self._prepare_volumes()
+                return True
+            except ConfigError as exc:
+                self._event("Warning", "FailedMount", str(exc))
+            if self.stopped.wait(self.kubelet.mount_retry_seconds):
+                return False
+
+    def _prepare_volumes(self) -> dict[str, dict[str, str]]:
+        paths: dict[str, str] = {}
+        for volume in self.pod["spec"].get("volumes") or []:
+            name = volume["name"]
+            target = self.volume_dir / "volumes" / name
+            if "emptyDir" in volume:
+                target.mkdir(parents=True, exist_ok=True)
+                paths[name] = str(target)
+            elif "hostPath" in volume:
+                host = Path(volume["hostPath"]["path"])
+                if volume["hostPath"].get("type") == "DirectoryOrCreate":
+                    host.mkdir(parents=True, exist_ok=True)
+                paths[name] = str(host)
+            elif "configMap" in volume or "secret" in volume:
+                files = self._volume_files(volume)
+                shutil.rmtree(target, ignore_errors=True)
+                target.mkdir(parents=True)
+                for relative, content in files.items():
+                    (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                    (target / relative).write_bytes(content)
+                paths[name] = str(target)
+            elif "downwardAPI" in volume:
+                target.mkdir(parents=True, exist_ok=True)
+                for item in volume["downwardAPI"].get("items") or []:
+                    value = self._field_value((item.get("fieldRef") or {}).get("fieldPath", ""))
+                    (target / item["path"]).write_text(value)
+                paths[name] = str(target)
+            else:
+                raise ConfigError(f'MountVolume.SetUp failed for volume "{name}" : volume type not supported by the fake')
+        binds: dict[str, dict[str, str]] = {}
+        for record in self.init_records + self.records:
+            for mount in record.spec.get("volumeMounts") or []:
+                source = paths[mount["name"]]
+                if mount.get("subPath"):
+                    source = str(Path(source) / mount["subPath"])
+                binds.setdefault(record.name, {})[mount["mountPath"]] = source + (":ro" if mount.get("readOnly") else "")
+        return binds
+
+    def _volume_files(self, volume: dict[str, Any]) -> dict[str, bytes]:
+        name = volume["name"]
+        if "configMap" in volume:
+            source, kind = volume["configMap"], "configmap"
+            obj = self.kubelet.store.find(_resource("configmaps"), self.namespace, source.get("name", ""))
+            data = {k: v.encode() for k, v in ((obj or {}).get("data") or {}).items()}
+        else:
+            source, kind = volume["secret"], "secret"
+            obj = self.kubelet.store.find(_resource("secrets"), self.namespace, source.get("secretName", ""))
+            data = {k: base64.b64decode(v) for k, v in ((obj or {}).get("data") or {}).items()}
+            data.update({k: v.encode() for k, v in ((obj or {}).get("stringData") or {}).items()})
+        if obj is None:
+            if source.get("optional"):
+                return {}
+            missing = source.get("name") or source.get("secretName")
+            raise ConfigError(f'MountVolume.SetUp failed for volume "{name}" : {kind} "{missing}" not found')
+        items = source.get("items")
+        if not items:
+            return data
+        files = {}
+        for item in items:
+            if item["key"] not in data:
+                raise ConfigError(
+                    f'MountVolume.SetUp failed for volume "{name}" : configmap references non-existent config key: '
+                    f'{item["key"]}'
+                )
+            files[item["path"]] = data[item["key"]]
+        return files
+
+    # -- containers -----------------------------------------------------------------------------
+
+    def _run_init_containers(self) -> bool:
+        for record in self.init_records:
+            while True:
+                if not self._start_when_ready(record):
+                    return False
+                exit_code = self._wait_exit(record)
+                if exit_code is None:
+                    return False
+                if exit_code == 0:
+                    break
+                if self.pod["spec"].get("restartPolicy") == "Never":
+                    self._publish(phase="Failed")
+                    return False
+                self._back_off(record)
+        return True
+
+    def _run_containers(self) -> None:
+        for record in self.records:
+            if not self._start_when_ready(record):
+                return
+        self._publish()
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        while True:
+            if self._deleting():
+                return
+            changed = False
+            for record in self.records:
+                if "running" in record.state:
+                    ended = self._inspect_end(record)
+                    if ended is not None:
+                        record.state = {"terminated": ended}
+                        changed = True
+                        exit_code = ended["exitCode"]
+                        if policy == "Always" or (policy == "OnFailure" and exit_code != 0):
+                            self._schedule_restart(record)
+                elif record.restart_at is not None and time.monotonic() >= record.restart_at:
+                    record.restart_at = None
+                    record.restart_count += 1
+                    if not self._start_when_ready(record):
+                        return
+                    changed = True
+            if changed:
+                self._publish()
+            if self._phase() in ("Succeeded", "Failed"):
+                # Finished: the containers stay (for logs) until the Pod is deleted.
+                while not self._deleting():
+                    if self.stopped.wait(self.kubelet.poll_seconds * 5):
+                        return
+                return
+            if self.stopped.wait(self.kubelet.poll_seconds):
+                return
+
+    def _schedule_restart(self, record: ContainerRecord) -> None:
+        delay = min(self.kubelet.crash_backoff_seconds * (2**record.restart_count), self.kubelet.crash_backoff_max_seconds)
+        record.last_state = record.state
+        record.restart_at = time.monotonic() + delay
+        record.state = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {delay:g}s restarting failed container={record.name} "
+                f"pod={self.name}_{self.namespace}({self.uid})",
+            }
+        }
+        self._event("Warning", "BackOff", "Back-off restarting failed container " + record.name)
+
+    def _back_off(self, record: ContainerRecord) -> None:
+        self._schedule_restart(record)
+        self._publish()
+        while record.restart_at is not None and time.monotonic() < record.restart_at:
+            if self._deleting() or self.stopped.wait(self.kubelet.poll_seconds):
+                raise _PodGone()
+        record.restart_at = None
+        record.restart_count += 1
+
+    def _start_when_ready(self, record: ContainerRecord) -> bool:
+        """Check the image and the config, then create and start the container; False if the Pod went."""
+        image = record.spec["image"]
+        pull_failures = 0
+        while True:
+            if self._deleting():
+                return False
+            problem = self._image_problem(image)
+            if problem is None:
+                break
+            pull_failures += 1
+            if pull_failures == 1 or pull_failures % 2:
+                record.state = {"waiting": {"reason": "ErrImagePull", "message": problem}}
+                self._event("Warning", "Failed", f'Failed to pull image "{image}": {problem}')
+            else:
+                record.state = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}
+                self._event("Normal", "BackOff", f'Back-off pulling image "{image}"')
+            self._publish()
+            if self.stopped.wait(self.kubelet.image_backoff_seconds):
+                return False
+        while True:
+            if self._deleting():
+                return False
+            try:
+                env = self._container_env(record.spec)
+                break
+            except ConfigError as exc:
+                record.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+                self._event("Warning", "Failed", f"Error: {exc}")
+                self._publish()
+            if self.stopped.wait(self.kubelet.mount_retry_seconds):
+                return False
+        self._create_and_start(record, env)
+        self._publish()
+        return True
+
+    def _image_problem(self, image: str) -> str | None:
+        if image in self.kubelet.unpullable_images:
+            return self.kubelet.unpullable_images[image]
+        try:
+            self.kubelet.api.inspect_image(image)
+            return None
+        except docker.errors.ImageNotFound:
+            return (
+                f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                f"failed to resolve reference \"{image}\": {image}: not found"
+            )
+
+    def _create_and_start(self, record: ContainerRecord, env: dict[str, str]) -> None:
+        spec = record.spec
+        limits = (spec.get("resources") or {}).get("limits") or {}
+        host_config: dict[str, Any] = {
+            "network_mode": "host",
+            "init": True,
+            "binds": [f"{source.split(':ro')[0]}:{target}{':ro' if source.endswith(':ro') else ''}"
+                      for target, source in self.binds.get(record.name, {}).items()],
+        }
+        if limits.get("memory"):
+            memory = int(parse_quantity(limits["memory"]))
+            host_config["mem_limit"] = memory
+            host_config["memswap_limit"] = memory
+        if limits.get("cpu"):
+            host_config["nano_cpus"] = int(parse_quantity(limits["cpu"]) * 1e9)
+        api = self.kubelet.api
+        container = api.create_container(
+            image=spec["image"],
+            name=f"k8s_{record.name}_{self.name}_{self.namespace}_{self.uid[:8]}_{record.restart_count}",
+            entrypoint=spec.get("command"),
+            command=spec.get("args"),
+            environment=env,
+            working_dir=spec.get("workingDir"),
+            stdin_open=bool(spec.get("stdin")),
+            tty=bool(spec.get("tty")),
+            labels={LABEL_CLUSTER: self.kubelet.cluster_id, LABEL_POD_UID: self.uid},
+            host_config=api.create_host_config(**host_config),
+        )
+        record.docker_ids.append(container["Id"])
+        try:
+            api.start(container["Id"])
+        except docker.errors.APIError as exc:
+            message = str(exc.explanation or exc)
+            now = now_rfc3339()
+            record.state = {
+                "terminated": {
+                    "exitCode": 128,
+                    "reason": "StartError",
+                    "message": message,
+                    "startedAt": "1970-01-01T00:00:00Z",
+                    "finishedAt": now,
+                    "containerID": f"docker://{container['Id']}",
+                }
+            }
+            self._event("Warning", "Failed", f"Error: {message}")
+            return
+        started = _docker_time(api.inspect_container(container["Id"])["State"].get("StartedAt")) or now_rfc3339()
+        record.state = {"running": {"startedAt": started}}
+        self._event("Normal", "Started", f"Started container {record.name}")
+
+    def _inspect_end(self, record: ContainerRecord) -> dict[str, Any] | None:
+        try:
+            state = self.kubelet.api.inspect_container(record.current_id)["State"]
+        except docker.errors.NotFound:
+            return {"exitCode": 137, "reason": "Error", "message": "container was removed", "finishedAt": now_rfc3339()}
+        if state.get("Running") or state.get("Status") in ("created", "restarting"):
+            return None
+        exit_code = int(state.get("ExitCode", 0))
+        reason = "OOMKilled" if state.get("OOMKilled") else ("Completed" if exit_code == 0 else "Error")
+        return {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": _docker_time(state.get("StartedAt")) or now_rfc3339(),
+            "finishedAt": _docker_time(state.get("FinishedAt")) or now_rfc3339(),
+            "containerID": f"docker://{record.current_id}",
+        }
+
+    def _wait_exit(self, record: ContainerRecord) -> int | None:
+        if "terminated" in record.state:
+            return record.state["terminated"]["exitCode"]
+        while True:
+            if self._deleting():
+                return None
+            ended = self._inspect_end(record)
+            if ended is not None:
+                record.state = {"terminated": ended}
+                self._publish()
+                return ended["exitCode"]
+            if self.stopped.wait(self.kubelet.poll_seconds):
+                return None
+
+    # -- env ------------------------------------------------------------------------------------
+
+    def _field_value(self, path: str) -> str:
+        metadata, spec, status = self.pod["metadata"], self.pod["spec"], self.pod.get("status") or {}
+        values = {
+            "metadata.name": metadata["name"],
+            "metadata.namespace": metadata["namespace"],
+            "metadata.uid": metadata["uid"],
+            "spec.nodeName": spec.get("nodeName", ""),
+            "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+            "status.hostIP": "127.0.0.1",
+            "status.podIP": "127.0.0.1",
+        }
+        if path in values:
+            return values[path]
+        for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
+            if path.startswith(prefix + "['") and path.endswith("']"):
+                return (metadata.get(source) or {}).get(path[len(prefix) + 2 : -2], "")
+        del status
+        raise ConfigError(f"unsupported fieldRef {path}")
+
+    def _container_env(self, spec: dict[str, Any]) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for source in spec.get("envFrom") or []:
+            if "configMapRef" in source:
+                env.update(self._config_data("configmaps", source["configMapRef"], None))
+            elif "secretRef" in source:
+                env.update(self._config_data("secrets", source["secretRef"], None))
+        for variable in spec.get("env") or []:
+            name = variable["name"]
+            if "value" in variable:
+                env[name] = _expand(str(variable["value"]), env)
+                continue
+            value_from = variable.get("valueFrom") or {}
+            if "fieldRef" in value_from:
+                env[name] = self._field_value(value_from["fieldRef"]["fieldPath"])
+            elif "secretKeyRef" in value_from:
+                value = self._config_data("secrets", value_from["secretKeyRef"], value_from["secretKeyRef"].get("key"))
+                if value:
+                    env[name] = next(iter(value.values()))
+            elif "configMapKeyRef" in value_from:
+                ref = value_from["configMapKeyRef"]
+                value = self._config_data("configmaps", ref, ref.get("key"))
+                if value:
+                    env[name] = next(iter(value.values()))
+            elif "resourceFieldRef" in value_from:
+                resource = value_from["resourceFieldRef"]["resource"]
+                kind, _, what = resource.partition(".")
+                quantity = ((spec.get("resources") or {}).get(kind) or {}).get(what, "0")
+                env[name] = str(int(parse_quantity(quantity)))
+            else:
+                env[name] = ""
+        return env
+
+    def _config_data(self, plural: str, ref: dict[str, Any], key: str | None) -> dict[str, str]:
+        kind = "secret" if plural == "secrets" else "configmap"
+        obj = self.kubelet.store.find(_resource(plural), self.namespace, ref.get("name", ""))
+        if obj is None:
+            if ref.get("optional"):
+                return {}
+            raise ConfigError(f'{kind} "{ref.get("name", "")}" not found')
+        if plural == "secrets":
+            data = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+            data.update(obj.get("stringData") or {})
+        else:
+            data = dict(obj.get("data") or {})
+        if key is None:
+            return data
+        if key not in data:
+            if ref.get("optional"):
+                return {}
+            label = "Secret" if plural == "secrets" else "ConfigMap"
+            raise ConfigError(f"couldn't find key {key} in {label} {self.namespace}/{ref.get('name', '')}")
+        return {key: data[key]}
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def _phase(self) -> str:
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        if any("terminated" in r.state and r.state["terminated"]["exitCode"] != 0 for r in self.init_records) and (
+            policy == "Never"
+        ):
+            return "Failed"
+        if not self.records or any(not r.docker_ids for r in self.records):
+            return "Pending"
+        if any("running" in r.state or r.restart_at is not None for r in self.records):
+            return "Running"
+        codes = [r.state.get("terminated", {}).get("exitCode", 0) for r in self.records]
+        return "Succeeded" if all(code == 0 for code in codes) else "Failed"
+
+    def _publish(self, phase: str | None = None) -> None:
+        phase = phase or self._phase()
+        all_running = all("running" in r.state for r in self.records)
+        initialized = all("terminated" in r.state and r.state["terminated"]["exitCode"] == 0 for r in self.init_records)
+        now = now_rfc3339()
+
+        def update(pod: dict[str, Any]) -> None:
+            status = pod.setdefault("status", {})
+            previous = {c["type"]: c for c in status.get("conditions") or []}
+
+            def condition(kind: str, value: bool) -> dict[str, Any]:
+                text = "True" if value else "False"
+                old = previous.get(kind)
+                since = old.get("lastTransitionTime", now) if old and old.get("status") == text else now
+                entry = {"type": kind, "status": text, "lastTransitionTime": since}
+                if not value and kind in ("Ready", "ContainersReady"):
+                    entry["reason"] = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
+                return entry
+
+            status["phase"] = phase
+            status["hostIP"] = "127.0.0.1"
+            status["podIP"] = "127.0.0.1"
+            status["podIPs"] = [{"ip": "127.0.0.1"}]
+            status.setdefault("startTime", now)
+            status["conditions"] = [
+                condition("Initialized", initialized),
+                condition("Ready", all_running and phase == "Running"),
+                condition("ContainersReady", all_running and phase == "Running"),
+                previous.get("PodScheduled") or condition("PodScheduled", True),
+            ]
+            if self.init_records:
+                status["initContainerStatuses"] = [r.status() for r in self.init_records]
+            status["containerStatuses"] = [r.status() for r in self.records]
+
+        self.kubelet.store.mutate(PODS, self.namespace, self.name, update)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def _teardown(self) -> None:
+        """Stop the containers (with the Pod's grace if it is being deleted), record, remove."""
+        pod = self.kubelet.store.find(PODS, self.namespace, self.name)
+        alive = pod is not None and pod["metadata"]["uid"] == self.uid
+        grace = int((pod or {}).get("metadata", {}).get("deletionGracePeriodSeconds", 0) or 0) if alive else 0
+        running = [r for r in self.init_records + self.records if r.current_id and "terminated" not in r.state]
+        stoppers = [
+            threading.Thread(target=self._stop_container, args=(r.current_id, grace), daemon=True) for r in running
+        ]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(grace + 30)
+        if alive and not self.kubelet.stopping.is_set():
+            for record in running:
+                ended = self._inspect_end(record)
+                if ended is not None:
+                    record.state = {"terminated": ended}
+                record.restart_at = None
+            try:
+                self._publish()
+            except ApiError:
+                pass
+            self.kubelet.store.finish_pod_deletion(PODS, self.namespace, self.name, self.uid)
+        self._remove_containers()
+        self.kubelet.forget(self.uid)
+
+    def _stop_container(self, container_id: str, grace: int) -> None:
+        try:
+            self.kubelet.api.stop(container_id, timeout=grace)
+        except docker.errors.APIError:
+            pass
+
+    def _remove_containers(self) -> None:
+        for record in self.init_records + self.records:
+            for container_id in record.docker_ids:
+                try:
+                    self.kubelet.api.remove_container(container_id, force=True)
+                except docker.errors.APIError:
+                    pass
+        shutil.rmtree(self.volume_dir, ignore_errors=True)
+
+    # -- logs, exec -----------------------------------------------------------------------------
+
+    def record(self, container: str) -> ContainerRecord:
+        records = self.init_records + self.records
+        if not container:
+            if len(self.records) != 1:
+                names = " ".join(r.name for r in self.records)
+                raise ApiError(
+                    400, "BadRequest", f"a container name must be specified for pod {self.name}, choose one of: [{names}]"
+                )
+            return self.records[0]
+        for record in records:
+            if record.name == container:
+                return record
+        raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {self.name}")
+
+
+class _PodGone(Exception):
+    """The Pod was force-deleted or the kubelet is stopping."""
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    for name, replacement in env.items():
+        value = value.replace(f"$({name})", replacement)
+    return value
+
+
+def _resource(plural: str) -> Any:
+    from fakes.kubernetes.resources import find_resource
+
+    return find_resource("", "v1", plural)
+
+
+class Kubelet:
+    def __init__(
+        self,
+        store: Store,
+        docker_url: str,
+        state_dir: Path,
+        cluster_id: str,
+        crash_backoff_seconds: float = 0.5,
+        crash_backoff_max_seconds: float = 5.0,
+        image_backoff_seconds: float = 1.0,
+        mount_retry_seconds: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.client = docker.DockerClient(base_url=docker_url, max_pool_size=64)
+        self.api = self.client.api
+        self.state_dir = state_dir
+        self.cluster_id = cluster_id
+        self.poll_seconds = _POLL_SECONDS
+        self.crash_backoff_seconds = crash_backoff_seconds
+        self.crash_backoff_max_seconds = crash_backoff_max_seconds
+        self.image_backoff_seconds = image_backoff_seconds
+        self.mount_retry_seconds = mount_retry_seconds
+        # image -> the pull error to report for it even when the engine has it (failure injection).
+        self.unpullable_images: dict[str, str] = {}
+        self.stopping = threading.Event()
+        self._workers: dict[str, PodWorker] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._cpu_samples: dict[str, tuple[int, int]] = {}
+        self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
+        store.add_listener(self._on_change)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._wake.set()
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            worker.stopped.set()
+        for worker in workers:
+            worker.thread.join(10)
+        self._thread.join(5)
+        for container in self.api.containers(all=True, filters={"label": f"{LABEL_CLUSTER}={self.cluster_id}"}):
+            try:
+                self.api.remove_container(container["Id"], force=True)
+            except docker.errors.APIError:
+                pass
+        self.client.close()
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._workers.pop(uid, None)
+
+    def _on_change(self, event: WatchEvent) -> None:
+        if event.plural in ("pods", "nodes"):
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            pods, _ = self.store.list(PODS)
+            nodes = {n["metadata"]["name"] for n in self.store.list(NODES)[0]}
+            for pod in pods:
+                if (pod.get("spec") or {}).get("nodeName") not in nodes:
+                    continue
+                uid = pod["metadata"]["uid"]
+                with self._lock:
+                    if uid in self._workers or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                        continue
+                    worker = PodWorker(self, pod)
+                    self._workers[uid] = worker
+                worker.thread.start()
+            # A Pod whose node went away is lost, as on a real cluster.
+            for pod in pods:
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and node not in nodes and not pod["metadata"].get("deletionTimestamp"):
+                    self.store.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _mark_node_lost)
+
+    def _worker(self, pod: dict[str, Any]) -> PodWorker | None:
+        with self._lock:
+            return self._workers.get(pod["metadata"]["uid"])
+
+    def logs(
+        self,
+        pod: dict[str, Any],
+        container: str,
+        follow: bool,
+        timestamps: bool,
+        stream: str,
+        tail_lines: int | None,
+        previous: bool,
+    ) -> Iterator[bytes]:
+        worker = self._worker(pod)
+        if worker is None:
+            raise ApiError(400, "BadRequest", f'container "{container}" in pod "{pod["metadata"]["name"]}" is not available')
+        record = worker.record(container)
+        ids = record.docker_ids[:-1] if previous else record.docker_ids
+        if not ids:
+            reason = (record.state.get("waiting") or {}).get("reason", "ContainerCreating")
+            what = "previous terminated container" if previous else "container"
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'{what} "{record.name}" in pod "{worker.name}" is waiting to start: {reason}',
+            )
+        if stream not in ("All", "Stdout", "Stderr"):
+            raise ApiError(422, "Invalid", f'stream: Unsupported value: "{stream}"')
+        frames = self.api.logs(
+            ids[-1],
+            stdout=stream in ("All", "Stdout"),
+            stderr=stream in ("All", "Stderr"),
+            stream=True,
+            follow=follow,
+            timestamps=timestamps,
+            tail=tail_lines if tail_lines is not None else "all",
+        )
+        return iter(frames)
+
+    def exec_session(self, pod: dict[str, Any], container: str, command: list[str], stdin: bool, tty: bool) -> ExecSession:
+        worker = self._worker(pod)
+        if worker is None:
+            raise ApiError(400, "BadRequest", f"pod {pod['metadata']['name']} is not running")
+        record = worker.record(container)
+        if "running" not in record.state or not record.current_id:
+            raise ApiError(
+                400, "BadRequest", f"unable to upgrade connection: container not found (\"{record.name}\")"
+            )
+        if not command:
+            raise ApiError(400, "BadRequest", "you must specify at least 1 command")
+        exec_id = self.api.exec_create(record.current_id, command, stdin=stdin, stdout=True, stderr=True, tty=tty)["Id"]
+        return ExecSession(self.api, exec_id, stdin, tty)
+
+    def pod_metrics(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        worker = self._worker(pod)
+        if worker is None:
+            return None
+        containers = []
+        for record in worker.records:
+            if "running" not in record.state or not record.current_id:
+                continue
+            try:
+                raw = self.api.stats(record.current_id, stream=False, one_shot=True)
+            except docker.errors.APIError:
+                continue
+            memory = raw.get("memory_stats") or {}
+            details = memory.get("stats") or {}
+            inactive = details.get("total_inactive_file", details.get("inactive_file", 0))
+            used = max(0, int(memory.get("usage", 0)) - int(inactive))
+            cpu_ns = int(((raw.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage", 0))
+            sample = (cpu_ns, time.monotonic_ns())
+            previous = self._cpu_samples.get(record.current_id)
+            self._cpu_samples[record.current_id] = sample
+            nanocores = 0
+            if previous is not None and sample[1] > previous[1]:
+                nanocores = max(0, int((sample[0] - previous[0]) * 1e9 / (sample[1] - previous[1])))
+            containers.append({"name": record.name, "usage": {"cpu": f"{nanocores}n", "memory": f"{used // 1024}Ki"}})
+        if not containers:
+            return None
+        return {
+            "kind": "PodMetrics",
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {
+                "name": pod["metadata"]["name"],
+                "namespace": pod["metadata"]["namespace"],
+                "creationTimestamp": now_rfc3339(),
+                "labels": pod["metadata"].get("labels") or {},
+            },
+            "timestamp": now_rfc3339(),
+            "window": "10s",
+            "containers": containers,
+        }
+
+
+def _mark_node_lost(pod: dict[str, Any]) -> None:
+    status = pod.setdefault("status", {})
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return
+    status["phase"] = "Failed"
+    status["reason"] = "NodeLost"
+    status["message"] = f"Node {pod['spec']['nodeName']} which was running pod {pod['metadata']['name']} is unresponsive"
+
+
+class ExecSession:
+    """One `kubectl exec`: a Docker exec bridged to the WebSocket channel protocol."""
+
+    def __init__(self, api: Any, exec_id: str, stdin: bool, tty: bool) -> None:
+        self._api = api
+        self._exec_id = exec_id
+        self._stdin = stdin
+        self._tty = tty
+
+    def serve(self, websocket: WebSocket, v5: bool) -> None:
+        raw = self._api.exec_start(self._exec_id, socket=True, tty=self._tty)
+        sock: socket.socket = getattr(raw, "_sock", raw)
+        pump = threading.Thread(target=self._pump_output, args=(sock, websocket), daemon=True)
+        pump.start()
+        try:
+            while not websocket.closed:
+                _, message = websocket.receive()
+                if not message:
+                    continue
+                channel, data = message[0], message[1:]
+                if channel == 0 and self._stdin:
+                    sock.sendall(data)
+                elif channel == 255 and v5 and data[:1] == b"\x00":
+                    sock.shutdown(socket.SHUT_WR)
+        except (ConnectionClosed, OSError):
+            pass
+        pump.join(5)
+
+    def _pump_output(self, sock: socket.socket, websocket: WebSocket) -> None:
+        try:
+            if self._tty:
+                while chunk := sock.recv(65536):
+                    websocket.send(b"\x01" + chunk)
+            else:
+                buffer = b""
+                while chunk := sock.recv(65536):
+                    buffer += chunk
+                    while len(buffer) >= 8:
+                        stream_type, size = buffer[0], struct.unpack(">I", buffer[4:8])[0]
+                        if len(buffer) < 8 + size:
+                            break
+                        payload, buffer = buffer[8 : 8 + size], buffer[8 + size :]
+                        websocket.send(bytes([2 if stream_type == 2 else 1]) + payload)
+        except OSError:
+            pass
+        exit_code = self._api.exec_inspect(self._exec_id).get("ExitCode")
+        if exit_code in (0, None):
+            status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+        else:
+            status = {
+                "metadata": {},
+                "status": "Failure",
+                "message": f"command terminated with non-zero exit code: exit status {exit_code}",
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(exit_code)}]},
+            }
+        websocket.send(b"\x03" + json.dumps(status).encode())
+        websocket.close()
+        try:
+            sock.close()
+        except OSError:
+            pass
