@@ -1,8 +1,9 @@
 """Fixtures for the ContainerRuntime tests.
 
 Contract tests use only `runtime`, `make_runtime`, `container_image` and `create_container`, which
-are parametrized over every runtime these machines can run: process, docker and containerd. The
-image-based runtimes use private engines the session starts (see engines.py). A module of
+are parametrized over every runtime these machines can run: process, docker, containerd and
+kubernetes. The image-based runtimes use private engines the session starts (see engines.py);
+kubernetes runs its Pods on the fake API server whose kubelet uses the private Docker engine. A module of
 runtime-specific tests pins the runtime by overriding `runtime_kind`.
 
 Outside CI a missing engine skips the tests that need it; under CI=true it fails them.
@@ -27,12 +28,14 @@ from engines import (
     start_docker,
 )
 
+from fakes.kubernetes.cluster import FakeKubernetes
+
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.runtime.types import ContainerConfig, ContainerHandle, ContainerRuntime, managed_labels
 
 TEST_TASK_ID = "/test-user/runtime-test/0"
 TEST_JOB_ID = "/test-user/runtime-test"
-RUNTIME_KINDS = ("process", "docker", "containerd")
+RUNTIME_KINDS = ("process", "docker", "containerd", "kubernetes")
 
 CreateContainer = Callable[..., ContainerHandle]
 
@@ -86,6 +89,14 @@ def containerd_engine(docker_engine: DockerEngine) -> Iterator[ContainerdEngine]
 
 
 @pytest.fixture(scope="session")
+def kubernetes_cluster(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubernetes]:
+    """The fake API server with one roomy node whose kubelet runs Pods on the private dockerd."""
+    with FakeKubernetes(tmp_path_factory.mktemp("kubernetes"), docker_url=docker_engine.url) as cluster:
+        cluster.add_node("node-a", capacity={"cpu": "64", "memory": "256Gi", "pods": "110"})
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def task_image(docker_engine: DockerEngine) -> str:
     """The image Dockerfile.task builds (internet steps off), on the test base image."""
     return build_test_image("task-image", docker_engine.base_image, "iris-test-task:latest")
@@ -112,6 +123,11 @@ def make_runtime(runtime_kind: str, tmp_path: Path, request: pytest.FixtureReque
 
         containerd_engine: ContainerdEngine = request.getfixturevalue("containerd_engine")
         return lambda: ContainerdRuntime(tmp_path / "state", endpoint=containerd_engine.endpoint)
+    if runtime_kind == "kubernetes":
+        from iris.cluster.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
+
+        cluster: FakeKubernetes = request.getfixturevalue("kubernetes_cluster")
+        return lambda: KubernetesRuntime(KubernetesSettings(namespace="default"), kubeconfig=str(cluster.kubeconfig))
     raise ValueError(f"unknown runtime kind {runtime_kind!r}")
 
 

@@ -726,16 +726,33 @@ class Kubelet:
             )
         if stream not in ("All", "Stdout", "Stderr"):
             raise ApiError(422, "Invalid", f'stream: Unsupported value: "{stream}"')
-        frames = self.api.logs(
-            ids[-1],
-            stdout=stream in ("All", "Stdout"),
-            stderr=stream in ("All", "Stderr"),
-            stream=True,
-            follow=follow,
-            timestamps=timestamps,
-            tail=tail_lines if tail_lines is not None else "all",
-        )
-        return iter(frames)
+        return self._log_frames(ids[-1], stream, follow, timestamps, tail_lines)
+
+    def _log_frames(
+        self, container_id: str, stream: str, follow: bool, timestamps: bool, tail_lines: int | None
+    ) -> Iterator[bytes]:
+        def read(following: bool) -> Iterator[bytes]:
+            return self.api.logs(
+                container_id,
+                stdout=stream in ("All", "Stdout"),
+                stderr=stream in ("All", "Stderr"),
+                stream=True,
+                follow=following,
+                timestamps=timestamps,
+                tail=tail_lines if tail_lines is not None else "all",
+            )
+
+        sent = 0
+        for frame in read(follow):
+            sent += 1
+            yield frame
+        if not follow or tail_lines is not None:
+            return
+        # Docker's follow can end before the container's last output reached its log; the real
+        # kubelet reads the log file to its end after the exit, so catch up the same way.
+        for index, frame in enumerate(read(False)):
+            if index >= sent:
+                yield frame
 
     def exec_session(self, pod: dict[str, Any], container: str, command: list[str], stdin: bool, tty: bool) -> ExecSession:
         worker = self._worker(pod)

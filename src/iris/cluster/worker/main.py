@@ -52,6 +52,10 @@ def create_runtime(name: str, state_dir: Path) -> ContainerRuntime:
             from iris.cluster.runtime.containerd import ContainerdRuntime
 
             return ContainerdRuntime(state_dir)
+        if name == "kubernetes":
+            from iris.cluster.runtime.kubernetes import KubernetesRuntime
+
+            return KubernetesRuntime()
     except ContainerError as exc:
         raise click.ClickException(f"--runtime {name}: {exc}") from None
     raise click.UsageError(f"runtime {name!r} is not available in this build of the worker; use --runtime process")
