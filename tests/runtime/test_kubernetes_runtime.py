@@ -1,0 +1,237 @@
+"""What only the kubernetes runtime does: the task Pod's shape (read back with kubectl), early
+failure with the kubelet's reason, and ownership by the worker Pod."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engines import DockerEngine
+from fakes.kubernetes.cluster import FakeKubernetes
+from kubernetes import client as k8s
+from kubernetes import config
+from runtime_support import lines, py
+
+from iris.cluster.runtime.kubernetes import KubernetesRuntime, KubernetesSettings, label_value, pod_name, task_pod_manifest
+from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
+from iris.time import wait_until
+
+TASK_ID = "/alice/train/3"
+JOB_ID = "/alice/train"
+
+
+@pytest.fixture
+def core(kubernetes_cluster: FakeKubernetes) -> Iterator[Any]:
+    api_client = config.new_client_from_config(config_file=str(kubernetes_cluster.kubeconfig))
+    yield k8s.CoreV1Api(api_client)
+    api_client.close()
+
+
+@pytest.fixture
+def namespace(core: Any) -> Iterator[str]:
+    name = f"rt-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def _config(workdir: Path, image: str, command: list[str], **overrides: Any) -> ContainerConfig:
+    return ContainerConfig(
+        command=command,
+        workdir=workdir,
+        task_id=TASK_ID,
+        attempt_id=0,
+        labels=managed_labels(TASK_ID, JOB_ID, 0),
+        image=image,
+        **overrides,
+    )
+
+
+# -- pure --------------------------------------------------------------------------------------
+
+
+def test_label_value_keeps_valid_values_and_encodes_others_distinctly() -> None:
+    assert label_value("true") == "true"
+    assert label_value("/alice/train/3") == f"alice.train.3-{label_value('/alice/train/3').rsplit('-', 1)[1]}"
+    assert label_value("/a/b") != label_value("/a.b")
+    assert len(label_value("x" * 200)) <= 63
+
+
+def test_pod_name_is_a_valid_lowercase_dns_name() -> None:
+    config_ = _config(Path("/tmp"), "img", ["true"])
+    name = pod_name(config_)
+
+    assert name.startswith("iris-alice-train-3-0-")
+    assert name == name.lower() and len(name) <= 63
+
+
+def test_task_pod_manifest_without_gpus_has_no_gpu_resources_or_tolerations() -> None:
+    manifest = task_pod_manifest(
+        _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500, memory_bytes=2**30),
+        "p", KubernetesSettings(namespace="iris"), "main", ["python3", "x.py"],
+    )
+
+    resources = manifest["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "500m", "memory": str(2**30)}, "limits": {"cpu": "500m", "memory": str(2**30)}}
+    assert "tolerations" not in manifest["spec"]
+    assert "ownerReferences" not in manifest["metadata"]
+
+
+# -- against the fake cluster ------------------------------------------------------------------
+
+
+def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    node = f"gpu-{uuid.uuid4().hex[:6]}"
+    kubernetes_cluster.add_node(
+        node,
+        capacity={"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "8", "rdma/ib": "1", "pods": "110"},
+        taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "s3"}, "stringData": {"AWS_ACCESS_KEY_ID": "key-id", "AWS_SECRET_ACCESS_KEY": "k"}}
+    )
+    worker = core.create_namespaced_pod(
+        namespace,
+        {"metadata": {"name": "worker"}, "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                                                 "containers": [{"name": "w", "image": docker_engine.base_image,
+                                                                 "command": ["sleep", "600"]}]}},
+    )
+    settings = KubernetesSettings(
+        namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid, node_name=node,
+        s3_secret="s3", infiniband=True,
+    )
+    runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    handle = runtime.create_container(
+        _config(
+            workdir, docker_engine.base_image,
+            py("import os; print(os.environ['IRIS_POD_NAME'], os.environ['IRIS_WORKER_NODE_NAME'], "
+               "os.environ['AWS_ACCESS_KEY_ID'], os.environ['IRIS_JOB'])"),
+            gpu_count=2, env={"IRIS_JOB": JOB_ID},
+        )
+    )
+    try:
+        handle.run()
+        status = handle.wait(timeout=60)
+        shown = kubernetes_cluster.kubectl("get", "pod", "-n", namespace, handle.container_id, "-o", "json")
+        pod = json.loads(shown.stdout)
+    finally:
+        handle.cleanup()
+
+    assert status.exit_code == 0, status.error
+    assert lines(handle, "stdout") == [f"{handle.container_id} {node} key-id {JOB_ID}"]
+    spec = pod["spec"]
+    limits = spec["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "2" and limits["rdma/ib"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert spec["nodeName"] == node
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == worker.metadata.uid
+    assert pod["metadata"]["labels"]["iris.managed"] == "true"
+    assert pod["metadata"]["annotations"]["iris.task_id"] == TASK_ID
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3", "key": "AWS_ACCESS_KEY_ID"}
+    assert env["IRIS_POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+
+
+def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    worker = core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": "unused"}]}}
+    )
+    settings = KubernetesSettings(namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid)
+    runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+    handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["sleep", "600"]))
+    try:
+        handle.run()
+        core.delete_namespaced_pod("worker", namespace, grace_period_seconds=0)
+
+        status = handle.wait(timeout=30)
+    finally:
+        handle.cleanup()
+
+    assert status.phase == ContainerPhase.EXITED
+    with contextlib.suppress(Exception):
+        core.read_namespaced_pod(handle.container_id, namespace)
+        pytest.fail("the task Pod outlived its worker Pod")
+
+
+def test_unpullable_image_fails_the_attempt_at_once_with_the_kubelets_reason(
+    kubernetes_cluster: FakeKubernetes, namespace: str, tmp_path: Path
+) -> None:
+    runtime = KubernetesRuntime(KubernetesSettings(namespace=namespace), kubeconfig=str(kubernetes_cluster.kubeconfig))
+    handle = runtime.create_container(_config(tmp_path, "iris-test/no-such-image:1", ["true"]))
+    started = time.monotonic()
+    try:
+        with pytest.raises(ContainerError) as excinfo:
+            handle.run()
+        status = handle.status()
+    finally:
+        handle.cleanup()
+
+    assert time.monotonic() - started < 10
+    assert "ErrImagePull" in str(excinfo.value)
+    assert status.phase == ContainerPhase.EXITED
+    assert "ErrImagePull" in status.error and "no-such-image" in status.error
+
+
+def test_missing_s3_secret_fails_with_create_container_config_error(
+    kubernetes_cluster: FakeKubernetes, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    settings = KubernetesSettings(namespace=namespace, s3_secret="not-created")
+    runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+    handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["true"]))
+    try:
+        with pytest.raises(ContainerError) as excinfo:
+            handle.run()
+    finally:
+        handle.cleanup()
+
+    assert 'CreateContainerConfigError: secret "not-created" not found' in str(excinfo.value)
+
+
+def test_runtime_without_a_reachable_api_server_says_where_it_looked(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+            "users": [{"name": "u", "user": {}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        })
+    )
+
+    with pytest.raises(ContainerError) as excinfo:
+        KubernetesRuntime(KubernetesSettings(namespace="iris"), kubeconfig=str(kubeconfig))
+
+    assert "cannot list Pods in namespace 'iris' at http://127.0.0.1:1" in str(excinfo.value)
+
+
+def test_task_pods_end_when_the_namespace_is_deleted(
+    kubernetes_cluster: FakeKubernetes, core: Any, docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    name = f"rt-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    runtime = KubernetesRuntime(KubernetesSettings(namespace=name), kubeconfig=str(kubernetes_cluster.kubeconfig))
+    handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["sleep", "600"]))
+    try:
+        handle.run()
+        core.delete_namespace(name)
+        status = handle.wait(timeout=30)
+    finally:
+        handle.cleanup()
+
+    # The namespace's Pods are deleted gracefully: the task gets SIGTERM.
+    assert status.phase == ContainerPhase.EXITED
+    assert status.error == "killed by signal 15 (SIGTERM)"
+    wait_until(lambda: name not in [n.metadata.name for n in core.list_namespace().items], 10, 0.1, "namespace gone")
