@@ -102,6 +102,12 @@ def task_image(docker_engine: DockerEngine) -> str:
     return build_test_image("task-image", docker_engine.base_image, "iris-test-task:latest")
 
 
+@pytest.fixture(scope="session")
+def worker_image(docker_engine: DockerEngine) -> str:
+    """The image Dockerfile.worker builds (internet steps off), on the test base image."""
+    return build_test_image("worker-image", docker_engine.base_image, "iris-test-worker:latest")
+
+
 @pytest.fixture(params=RUNTIME_KINDS)
 def runtime_kind(request: pytest.FixtureRequest) -> str:
     return request.param

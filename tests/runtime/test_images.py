@@ -54,8 +54,8 @@ def test_build_worker_image_offline_answers_the_worker_entry_points_help(docker_
 
     assert "Register with the controller and run the tasks it sends." in help_text
     assert "--runtime" in help_text
-    # One image for both runtimes: the docker SDK and containerd's CRI stubs are both there.
-    assert _run("iris-test-worker:latest", ["python", "-c", "import docker, cri_api.v1.api_pb2; print('ok')"]) == "ok\n"
+    # One image for every runtime: the docker SDK, containerd's CRI stubs and the kubernetes client.
+    assert _run("iris-test-worker:latest", ["python", "-c", "import docker, cri_api.v1.api_pb2, kubernetes; print('ok')"]) == "ok\n"
 
 
 @pytest.fixture

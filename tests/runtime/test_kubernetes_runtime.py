@@ -71,7 +71,7 @@ def test_pod_name_is_a_valid_lowercase_dns_name() -> None:
     assert name == name.lower() and len(name) <= 63
 
 
-def test_task_pod_manifest_without_gpus_has_no_gpu_resources_or_tolerations() -> None:
+def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes() -> None:
     manifest = task_pod_manifest(
         _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500, memory_bytes=2**30),
         "p", KubernetesSettings(namespace="iris"), "main", ["python3", "x.py"],
@@ -79,7 +79,7 @@ def test_task_pod_manifest_without_gpus_has_no_gpu_resources_or_tolerations() ->
 
     resources = manifest["spec"]["containers"][0]["resources"]
     assert resources == {"requests": {"cpu": "500m", "memory": str(2**30)}, "limits": {"cpu": "500m", "memory": str(2**30)}}
-    assert "tolerations" not in manifest["spec"]
+    assert manifest["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "ownerReferences" not in manifest["metadata"]
 
 

@@ -33,8 +33,9 @@ DEFAULT_GHCR_ORG = "marin-community"
 DEFAULT_GCP_REGION = "us-central1"
 DEFAULT_GCP_REPOSITORY = "iris"
 DEFAULT_PYTHON_VERSION = "3.11"
-# Extras of the daemon images: containerd for the worker's runtime, gcs and s3 for bundle storage.
-DAEMON_EXTRAS = ("containerd", "gcs", "s3")
+# Extras of the daemon images: containerd and kubernetes for the worker's runtimes (kubernetes also for
+# the CoreWeave platform), gcs and s3 for bundle storage.
+DAEMON_EXTRAS = ("containerd", "gcs", "kubernetes", "s3")
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ A task Pod (seed 001, "KubernetesRuntime"):
 - mounts the worker's workdir (the extracted bundle) at its own path through a hostPath volume and
   is pinned to the worker's node, so paths the worker computes mean the same inside the Pod and
   what the task writes there (the callable's result) is visible to the worker;
-- requests the job's cpu, memory and disk; limits memory and cpu; claims `nvidia.com/gpu: N` with
-  the toleration for the GPU taint, and `rdma/ib: 1` when the scale group has infiniband;
+- requests the job's cpu, memory and disk; limits memory and cpu; claims `nvidia.com/gpu: N`, and
+  `rdma/ib: 1` when the scale group has infiniband; always tolerates the GPU taint, since it runs
+  on its worker's node, which may be a GPU node even for a task that needs no GPU;
 - gets the config's env, the downward-API variables of seed 001 section 10, and the S3
   credentials by `secretKeyRef` from the platform's Secret;
 - has an ownerReference to the worker Pod, so deleting the worker Pod removes its tasks.
@@ -175,10 +176,12 @@ def task_pod_manifest(
     }
     if config.gpu_count:
         limits[GPU_RESOURCE] = requests[GPU_RESOURCE] = str(config.gpu_count)
-        spec["tolerations"] = [dict(GPU_TOLERATION)]
         if settings.infiniband:
             limits[RDMA_RESOURCE] = requests[RDMA_RESOURCE] = "1"
         spec["containers"][0]["resources"] = {"requests": requests, "limits": limits}
+    # Every task Pod tolerates the GPU taint: it goes to its worker's node, which may be a GPU node
+    # even when this task needs no GPU.
+    spec["tolerations"] = [dict(GPU_TOLERATION)]
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
     if settings.node_name:
