@@ -69,30 +69,40 @@ def test_kubectl_apply_dry_run_server_validates_without_storing(cluster: FakeKub
     assert "NotFound" in cluster.kubectl("get", "pod", "checked").stderr
 
 
-def test_kubectl_get_watch_streams_later_changes(cluster: FakeKubernetes, api_client: Any) -> None:
+def test_kubectl_get_pods_watch_streams_later_changes(cluster: FakeKubernetes, api_client: Any) -> None:
     core = k8s.CoreV1Api(api_client)
-    core.create_namespaced_config_map("default", {"metadata": {"name": "before"}})
+
+    def pod(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+    core.create_namespaced_pod("default", pod("before"))
     watcher = subprocess.Popen(
-        ["kubectl", "get", "configmaps", "-w", "--output-watch-events"],
+        ["kubectl", "get", "pods", "-w", "--output-watch-events",
+         "-o", 'jsonpath={.type} {.object.metadata.name} {.object.status.phase}{"\\n"}'],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=cluster.env(),
     )
     seen: list[str] = []
-    reader = threading.Thread(target=lambda: seen.extend(watcher.stdout or []), daemon=True)
+
+    def read() -> None:
+        for line in watcher.stdout or []:
+            seen.append(line.strip())
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        wait_until(lambda: any("before" in line for line in seen), 30, 0.05, "the initial list")
-        core.create_namespaced_config_map("default", {"metadata": {"name": "after"}})
-        core.delete_namespaced_config_map("before", "default")
+        wait_until(lambda: "ADDED before Pending" in seen, 30, 0.05, "the initial list")
+        core.create_namespaced_pod("default", pod("after"))
+        core.delete_namespaced_pod("before", "default")
 
-        wait_until(lambda: any("DELETED" in line and "before" in line for line in seen), 30, 0.05, "the delete")
+        wait_until(lambda: "DELETED before Pending" in seen, 30, 0.05, "the delete")
     finally:
         watcher.kill()
         watcher.wait()
 
-    assert any("ADDED" in line and "after" in line for line in seen)
+    assert "ADDED after Pending" in seen
 
 
 def test_kubectl_delete_deployment_garbage_collects_its_pods(cluster: FakeKubernetes, api_client: Any) -> None:
