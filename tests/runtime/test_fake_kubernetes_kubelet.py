@@ -1,9 +1,13 @@
 """The fake cluster's kubelet, driven by kubectl and the Python client: Pods really run on the
-private dockerd, and what kubectl shows about them (logs, exec, describe, top) comes from there."""
+private dockerd, and what kubectl shows about them (logs, exec, port-forward, describe, top) comes
+from there."""
 
 from __future__ import annotations
 
 import json
+import re
+import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +17,7 @@ from engines import DockerEngine
 from fakes.kubernetes.cluster import FakeKubernetes
 from kubernetes import client as k8s
 from kubernetes import config
-from kubernetes.stream import stream
+from kubernetes.stream import portforward, stream
 
 from iris.time import wait_until
 
@@ -254,3 +258,64 @@ def test_deployment_rolls_out_running_pods(
     assert rollout.returncode == 0, rollout.stderr
     pods = core.list_namespaced_pod(namespace, label_selector="app=server").items
     assert [p.status.phase for p in pods] == ["Running", "Running"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+ECHO_SERVER = """
+import socket, sys
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+while True:
+    connection, _ = server.accept()
+    connection.sendall(b"echo:" + connection.recv(100))
+    connection.close()
+"""
+
+
+def test_port_forward_reaches_the_pod_from_kubectl_and_the_python_client(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine
+) -> None:
+    port = _free_port()
+    manifest = _pod("echo", docker_engine.base_image, "")
+    manifest["spec"]["containers"][0]["command"] = ["python3", "-c", ECHO_SERVER, str(port)]
+    _apply(kubernetes_cluster, namespace, manifest)
+    ready = kubernetes_cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/echo", "--timeout=60s")
+    assert ready.returncode == 0, ready.stderr
+
+    def listening() -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_until(listening, 30, 0.05, "the echo server")
+    forwarded = portforward(core.connect_get_namespaced_pod_portforward, "echo", namespace, ports=str(port))
+    from_python = forwarded.socket(port)
+    from_python.setblocking(True)
+    from_python.sendall(b"python")
+    python_reply = from_python.recv(100)
+    from_python.close()
+    kubectl = subprocess.Popen(
+        ["kubectl", "port-forward", "-n", namespace, "pod/echo", f":{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kubernetes_cluster.env(),
+    )
+    try:
+        announced = kubectl.stdout.readline() if kubectl.stdout else ""
+        match = re.search(r"127\.0\.0\.1:(\d+) -> ", announced)
+        assert match, f"kubectl port-forward said {announced!r}"
+        replies = []
+        for attempt in (b"first", b"second"):
+            with socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10) as connection:
+                connection.sendall(attempt)
+                replies.append(connection.recv(100))
+    finally:
+        kubectl.kill()
+        kubectl.wait()
+
+    assert python_reply == b"echo:python"
+    assert replies == [b"echo:first", b"echo:second"]

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from fakes.kubernetes import discovery
+from fakes.kubernetes.portforward import SpdyPortForward, serve_websocket
 from fakes.kubernetes.patch import APPLY_PATCH, PATCH_TYPES, PatchError, apply_patch
 from fakes.kubernetes.resources import Resource, find_resource
 from fakes.kubernetes.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -180,6 +181,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             return self._logs(resource, namespace, name)
         if sub == "exec":
             return self._exec(resource, namespace, name)
+        if sub == "portforward":
+            return self._portforward(resource, namespace, name)
         if not name:
             if method == "GET":
                 if self._param("watch") in ("true", "1"):
@@ -428,16 +431,46 @@ class ApiHandler(BaseHTTPRequestHandler):
             stdin=self._param("stdin") in ("true", "1"),
             tty=self._param("tty") in ("true", "1"),
         )
+        session.serve(self._accept_websocket(protocol), v5=protocol.startswith("v5"))
+
+    def _switch_protocols(self, headers: dict[str, str]) -> None:
         self.send_response(HTTPStatus.SWITCHING_PROTOCOLS)
-        self.send_header("Upgrade", "websocket")
         self.send_header("Connection", "Upgrade")
-        self.send_header("Sec-WebSocket-Accept", accept_key(self.headers.get("Sec-WebSocket-Key", "")))
-        self.send_header("Sec-WebSocket-Protocol", protocol)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.flush()
+        # The connection now speaks another protocol until it closes.
         self.close_connection = True
-        websocket = WebSocket(self.connection, self.rfile)
-        session.serve(websocket, v5=protocol.startswith("v5"))
+
+    def _accept_websocket(self, protocol: str) -> WebSocket:
+        self._switch_protocols(
+            {
+                "Upgrade": "websocket",
+                "Sec-WebSocket-Accept": accept_key(self.headers.get("Sec-WebSocket-Key", "")),
+                "Sec-WebSocket-Protocol": protocol,
+            }
+        )
+        return WebSocket(self.connection, self.rfile)
+
+    def _portforward(self, resource: Resource, namespace: str, name: str) -> None:
+        pod = self.cluster.store.get(resource, namespace, name)
+        if (pod.get("status") or {}).get("phase") != "Running":
+            raise ApiError(400, "BadRequest", f"pod {name} is not running")
+        upgrade = (self.headers.get("Upgrade") or "").lower()
+        if upgrade == "websocket":
+            offered = [p.strip() for p in (self.headers.get("Sec-WebSocket-Protocol") or "").split(",")]
+            # SPDY tunnelled in a WebSocket is refused, so kubectl falls back to plain SPDY.
+            if "v4.channel.k8s.io" not in offered:
+                raise ApiError(400, "BadRequest", f"none of the offered subprotocols {offered} is supported")
+            ports = [int(p) for value in self.query.get("ports", []) for p in value.split(",") if p]
+            if not ports:
+                raise ApiError(400, "BadRequest", "query parameter \"ports\" is required")
+            return serve_websocket(self._accept_websocket("v4.channel.k8s.io"), ports)
+        if upgrade.startswith("spdy/3.1"):
+            self._switch_protocols({"Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "portforward.k8s.io"})
+            return SpdyPortForward(self.connection, self.rfile).serve()
+        raise ApiError(400, "BadRequest", "Upgrade request required")
 
     def _metrics(self, method: str, namespace: str, name: str) -> None:
         if method != "GET":
