@@ -17,7 +17,7 @@ def cluster(tmp_path: Path) -> Iterator[FakeKubernetes]:
 
 
 @pytest.fixture
-def api_client(cluster: FakeKubernetes):  # noqa: ANN201 - the client's type is only known once imported
+def api_client(cluster: FakeKubernetes):
     from kubernetes import config
 
     client = config.new_client_from_config(config_file=str(cluster.kubeconfig))

@@ -23,7 +23,12 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
 
 def _configmap(name: str, data: dict[str, str], labels: dict[str, str] | None = None) -> str:
     return json.dumps(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels or {}}, "data": data}
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": labels or {}},
+            "data": data,
+        }
     )
 
 
@@ -31,7 +36,9 @@ def _configmap(name: str, data: dict[str, str], labels: dict[str, str] | None = 
 
 
 def test_kubectl_apply_creates_then_strategic_patches_and_get_reads_back(cluster: FakeKubernetes) -> None:
-    assert "configmap/settings created" in _ok(cluster.kubectl("apply", "-f", "-", input=_configmap("settings", {"a": "1"})))
+    assert "configmap/settings created" in _ok(
+        cluster.kubectl("apply", "-f", "-", input=_configmap("settings", {"a": "1"}))
+    )
     first = json.loads(_ok(cluster.kubectl("get", "configmap", "settings", "-o", "json")))
 
     out = _ok(cluster.kubectl("apply", "-f", "-", input=_configmap("settings", {"a": "2", "b": "3"})))
@@ -54,7 +61,12 @@ def test_kubectl_apply_server_side_creates_and_updates(cluster: FakeKubernetes) 
 
 
 def test_kubectl_apply_dry_run_server_validates_without_storing(cluster: FakeKubernetes) -> None:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "checked"}, "spec": {"containers": [{"name": "main"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "checked"},
+        "spec": {"containers": [{"name": "main"}]},
+    }
     missing_image = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod))
     pod["spec"]["containers"][0].update(image="busybox", imagePolicy="Always")
     unknown_field = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod))
@@ -77,8 +89,15 @@ def test_kubectl_get_pods_watch_streams_later_changes(cluster: FakeKubernetes, a
 
     core.create_namespaced_pod("default", pod("before"))
     watcher = subprocess.Popen(
-        ["kubectl", "get", "pods", "-w", "--output-watch-events",
-         "-o", 'jsonpath={.type} {.object.metadata.name} {.object.status.phase}{"\\n"}'],
+        [
+            "kubectl",
+            "get",
+            "pods",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            'jsonpath={.type} {.object.metadata.name} {.object.status.phase}{"\\n"}',
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -105,7 +124,9 @@ def test_kubectl_get_pods_watch_streams_later_changes(cluster: FakeKubernetes, a
     assert "ADDED after Pending" in seen
 
 
-def test_kubectl_delete_deployment_garbage_collects_its_pods(cluster: FakeKubernetes, api_client: Any) -> None:
+def test_kubectl_delete_deployment_garbage_collects_its_pods(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -113,16 +134,26 @@ def test_kubectl_delete_deployment_garbage_collects_its_pods(cluster: FakeKubern
         "spec": {
             "replicas": 2,
             "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
         },
     }
     _ok(cluster.kubectl("apply", "-f", "-", input=json.dumps(deployment)))
     core = k8s.CoreV1Api(api_client)
-    wait_until(lambda: len(core.list_namespaced_pod("default", label_selector="app=web").items) == 2, 30, 0.05, "2 pods")
+    wait_until(
+        lambda: len(core.list_namespaced_pod("default", label_selector="app=web").items) == 2,
+        30,
+        0.05,
+        "2 pods",
+    )
 
     _ok(cluster.kubectl("delete", "deployment", "web"))
 
-    wait_until(lambda: not core.list_namespaced_pod("default", label_selector="app=web").items, 30, 0.05, "pods gone")
+    wait_until(
+        lambda: not core.list_namespaced_pod("default", label_selector="app=web").items, 30, 0.05, "pods gone"
+    )
 
 
 def test_kubectl_get_missing_object_reports_not_found(cluster: FakeKubernetes) -> None:
@@ -178,7 +209,10 @@ def test_client_create_existing_and_read_missing_report_409_and_404(api_client: 
         core.create_namespaced_secret("nowhere", {"metadata": {"name": "s"}})
 
     assert (exists.value.status, json.loads(exists.value.body)["reason"]) == (409, "AlreadyExists")
-    assert (missing.value.status, json.loads(missing.value.body)["message"]) == (404, 'secrets "nope" not found')
+    assert (missing.value.status, json.loads(missing.value.body)["message"]) == (
+        404,
+        'secrets "nope" not found',
+    )
     assert json.loads(no_namespace.value.body)["message"] == 'namespaces "nowhere" not found'
 
 
@@ -188,7 +222,10 @@ def test_client_invalid_pod_reports_422_with_causes(api_client: Any) -> None:
     with pytest.raises(ApiException) as excinfo:
         core.create_namespaced_pod(
             "default",
-            {"metadata": {"name": "Bad_Name", "labels": {"iris.task_id": "/a/b"}}, "spec": {"containers": []}},
+            {
+                "metadata": {"name": "Bad_Name", "labels": {"iris.task_id": "/a/b"}},
+                "spec": {"containers": []},
+            },
         )
 
     body = json.loads(excinfo.value.body)
@@ -214,17 +251,29 @@ def test_client_patch_formats_merge_strategic_json_and_apply(api_client: Any) ->
 
     # A dict goes as a strategic merge patch: containers merge by name, env by name.
     apps.patch_namespaced_deployment(
-        "d", "default", {"spec": {"template": {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}}}}
+        "d",
+        "default",
+        {
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "2"}]}]}}
+            }
+        },
     )
     apps.patch_namespaced_deployment(
         "d", "default", {"metadata": {"labels": {"drop": None}}}, _content_type="application/merge-patch+json"
     )
     # A list goes as a JSON patch.
-    apps.patch_namespaced_deployment("d", "default", [{"op": "replace", "path": "/spec/replicas", "value": 0}])
+    apps.patch_namespaced_deployment(
+        "d", "default", [{"op": "replace", "path": "/spec/replicas", "value": 0}]
+    )
     apps.patch_namespaced_deployment(
         "d",
         "default",
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "annotations": {"by": "apply"}}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d", "annotations": {"by": "apply"}},
+        },
         field_manager="tests",
         _content_type="application/apply-patch+yaml",
     )
@@ -267,7 +316,9 @@ def test_client_watch_from_compacted_version_gets_410_gone(cluster: FakeKubernet
     cluster.compact()
 
     with pytest.raises(ApiException) as excinfo:
-        for _ in watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=old, timeout_seconds=2):
+        for _ in watch.Watch().stream(
+            core.list_namespaced_config_map, "default", resource_version=old, timeout_seconds=2
+        ):
             pass
 
     assert excinfo.value.status == 410
@@ -279,7 +330,9 @@ def test_client_delete_propagation_orphan_keeps_dependents_foreground_removes_th
     def owner_and_child(name: str) -> None:
         owner = core.create_namespaced_config_map("default", {"metadata": {"name": name}})
         reference = {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner.metadata.uid}
-        core.create_namespaced_secret("default", {"metadata": {"name": f"{name}-child", "ownerReferences": [reference]}})
+        core.create_namespaced_secret(
+            "default", {"metadata": {"name": f"{name}-child", "ownerReferences": [reference]}}
+        )
 
     owner_and_child("orphaning")
     owner_and_child("foreground")
@@ -298,7 +351,9 @@ def test_client_delete_namespace_removes_its_objects(api_client: Any) -> None:
     core = k8s.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": "scratch"}})
     core.create_namespaced_config_map("scratch", {"metadata": {"name": "cm"}})
-    wait_until(lambda: core.list_namespaced_service_account("scratch").items, 10, 0.05, "the default service account")
+    wait_until(
+        lambda: core.list_namespaced_service_account("scratch").items, 10, 0.05, "the default service account"
+    )
 
     core.delete_namespace("scratch")
 
@@ -309,7 +364,9 @@ def test_client_delete_namespace_removes_its_objects(api_client: Any) -> None:
 def test_client_rbac_and_nodepool_crd_round_trip(api_client: Any) -> None:
     rbac = k8s.RbacAuthorizationV1Api(api_client)
     custom = k8s.CustomObjectsApi(api_client)
-    rbac.create_cluster_role({"metadata": {"name": "iris"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]})
+    rbac.create_cluster_role(
+        {"metadata": {"name": "iris"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}
+    )
     rbac.create_cluster_role_binding(
         {
             "metadata": {"name": "iris"},
@@ -318,20 +375,33 @@ def test_client_rbac_and_nodepool_crd_round_trip(api_client: Any) -> None:
         }
     )
     custom.create_cluster_custom_object(
-        "compute.coreweave.com", "v1alpha1", "nodepools",
-        {"apiVersion": "compute.coreweave.com/v1alpha1", "kind": "NodePool", "metadata": {"name": "cpu"},
-         "spec": {"instanceType": "cd-gp-i64-erapids", "targetNodes": 0}},
+        "compute.coreweave.com",
+        "v1alpha1",
+        "nodepools",
+        {
+            "apiVersion": "compute.coreweave.com/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": "cpu"},
+            "spec": {"instanceType": "cd-gp-i64-erapids", "targetNodes": 0},
+        },
     )
 
     assert rbac.read_cluster_role("iris").rules[0].resources == ["pods"]
     assert rbac.read_cluster_role_binding("iris").role_ref.name == "iris"
-    assert custom.get_cluster_custom_object("compute.coreweave.com", "v1alpha1", "nodepools", "cpu")["spec"]["targetNodes"] == 0
+    assert (
+        custom.get_cluster_custom_object("compute.coreweave.com", "v1alpha1", "nodepools", "cpu")["spec"][
+            "targetNodes"
+        ]
+        == 0
+    )
 
 
 # -- control plane -------------------------------------------------------------------------------
 
 
-def _nodepool(name: str, instance_type: str, labels: dict[str, str], minimum: int = 0, maximum: int = 3) -> dict[str, Any]:
+def _nodepool(
+    name: str, instance_type: str, labels: dict[str, str], minimum: int = 0, maximum: int = 3
+) -> dict[str, Any]:
     return {
         "apiVersion": "compute.coreweave.com/v1alpha1",
         "kind": "NodePool",
@@ -347,23 +417,35 @@ def _nodepool(name: str, instance_type: str, labels: dict[str, str], minimum: in
     }
 
 
-def test_nodepool_scales_up_for_pending_pod_after_provisioning_delay(cluster: FakeKubernetes, api_client: Any) -> None:
+def test_nodepool_scales_up_for_pending_pod_after_provisioning_delay(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
     cluster.provisioning_delay = 1.0
     core = k8s.CoreV1Api(api_client)
     custom = k8s.CustomObjectsApi(api_client)
     custom.create_cluster_custom_object(
-        "compute.coreweave.com", "v1alpha1", "nodepools", _nodepool("cpu", "cd-gp-i64-erapids", {"iris.group": "cpu"})
+        "compute.coreweave.com",
+        "v1alpha1",
+        "nodepools",
+        _nodepool("cpu", "cd-gp-i64-erapids", {"iris.group": "cpu"}),
     )
     core.create_namespaced_pod(
         "default",
-        {"metadata": {"name": "p"}, "spec": {"nodeSelector": {"iris.group": "cpu"}, "containers": [{"name": "c", "image": "x"}]}},
+        {
+            "metadata": {"name": "p"},
+            "spec": {"nodeSelector": {"iris.group": "cpu"}, "containers": [{"name": "c", "image": "x"}]},
+        },
     )
 
-    node = wait_until(lambda: core.read_namespaced_pod("p", "default").spec.node_name, 30, 0.05, "the pod bound")
+    node = wait_until(
+        lambda: core.read_namespaced_pod("p", "default").spec.node_name, 30, 0.05, "the pod bound"
+    )
 
     labels = core.read_node(node).metadata.labels
     assert labels["compute.coreweave.com/node-pool"] == "cpu" and labels["iris.group"] == "cpu"
-    reasons = [e.reason for e in core.list_namespaced_event("default", field_selector="involvedObject.name=p").items]
+    reasons = [
+        e.reason for e in core.list_namespaced_event("default", field_selector="involvedObject.name=p").items
+    ]
     assert "FailedScheduling" in reasons and "Scheduled" in reasons
     pool = custom.get_cluster_custom_object("compute.coreweave.com", "v1alpha1", "nodepools", "cpu")
     assert pool["status"]["currentNodes"] == 1
@@ -381,7 +463,9 @@ def test_scheduler_gpu_pod_needs_toleration_and_free_gpus(cluster: FakeKubernete
     def gpu_pod(name: str, gpus: int, tolerate: bool) -> None:
         spec: dict[str, Any] = {
             "nodeSelector": {"gpu": "yes"},
-            "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
         }
         if tolerate:
             spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -399,10 +483,14 @@ def test_scheduler_gpu_pod_needs_toleration_and_free_gpus(cluster: FakeKubernete
     assert "untolerated taint {nvidia.com/gpu: present}" in wait_until(
         lambda: scheduling_message("untolerated"), 30, 0.05, "untolerated unschedulable"
     )
-    assert "Insufficient nvidia.com/gpu" in wait_until(lambda: scheduling_message("four"), 30, 0.05, "four unschedulable")
+    assert "Insufficient nvidia.com/gpu" in wait_until(
+        lambda: scheduling_message("four"), 30, 0.05, "four unschedulable"
+    )
 
 
-def test_nodepool_provisioning_failure_is_reported_on_its_status(cluster: FakeKubernetes, api_client: Any) -> None:
+def test_nodepool_provisioning_failure_is_reported_on_its_status(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
     custom = k8s.CustomObjectsApi(api_client)
     cluster.fail_provisioning("gpu", "no capacity for gd-8xh100ib-i128")
     custom.create_cluster_custom_object(
@@ -412,9 +500,100 @@ def test_nodepool_provisioning_failure_is_reported_on_its_status(cluster: FakeKu
     def at_target_message() -> str | None:
         pool = custom.get_cluster_custom_object("compute.coreweave.com", "v1alpha1", "nodepools", "gpu")
         conditions = (pool.get("status") or {}).get("conditions") or []
-        return next((c["message"] for c in conditions if c["type"] == "AtTarget" and c["status"] == "False"), None)
+        return next(
+            (c["message"] for c in conditions if c["type"] == "AtTarget" and c["status"] == "False"), None
+        )
 
     assert wait_until(at_target_message, 30, 0.05, "AtTarget false") == "no capacity for gd-8xh100ib-i128"
     cluster.restore_provisioning("gpu")
-    wait_until(lambda: k8s.CoreV1Api(api_client).list_node(label_selector="compute.coreweave.com/node-pool=gpu").items,
-               30, 0.05, "a gpu node")
+    wait_until(
+        lambda: (
+            k8s.CoreV1Api(api_client).list_node(label_selector="compute.coreweave.com/node-pool=gpu").items
+        ),
+        30,
+        0.05,
+        "a gpu node",
+    )
+
+
+CLUSTER_MANIFEST = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: iris}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: iris-controller, namespace: iris}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: iris-controller}
+rules:
+- apiGroups: [""]
+  resources: [pods, pods/log, nodes]
+  verbs: [get, list, watch, create, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: iris-controller}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: iris-controller}
+subjects:
+- {kind: ServiceAccount, name: iris-controller, namespace: iris}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: iris-controller-svc, namespace: iris}
+spec:
+  selector: {app: iris-controller}
+  ports:
+  - {port: 10000}
+"""
+
+
+def test_kubectl_apply_multi_document_manifest_creates_every_kind_in_order(cluster: FakeKubernetes) -> None:
+    out = _ok(cluster.kubectl("apply", "-f", "-", input=CLUSTER_MANIFEST))
+    service = json.loads(_ok(cluster.kubectl("get", "service", "-n", "iris", "iris-controller-svc", "-o", "json")))
+    binding = json.loads(_ok(cluster.kubectl("get", "clusterrolebinding", "iris-controller", "-o", "json")))
+    again = _ok(cluster.kubectl("apply", "-f", "-", input=CLUSTER_MANIFEST))
+
+    assert out.splitlines() == [
+        "namespace/iris created",
+        "serviceaccount/iris-controller created",
+        "clusterrole.rbac.authorization.k8s.io/iris-controller created",
+        "clusterrolebinding.rbac.authorization.k8s.io/iris-controller created",
+        "service/iris-controller-svc created",
+    ]
+    assert service["spec"]["ports"] == [{"port": 10000, "protocol": "TCP", "targetPort": 10000}]
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["clusterIP"].startswith("10.96.")
+    assert binding["subjects"][0]["namespace"] == "iris"
+    assert all(line.endswith("unchanged") for line in again.splitlines())
+
+
+def test_nodepool_scales_down_to_min_nodes_once_its_pods_are_gone(cluster: FakeKubernetes, api_client: Any) -> None:
+    core = k8s.CoreV1Api(api_client)
+    custom = k8s.CustomObjectsApi(api_client)
+    custom.create_cluster_custom_object(
+        "compute.coreweave.com", "v1alpha1", "nodepools", _nodepool("burst", "cd-gp-i64-erapids", {"pool": "burst"})
+    )
+    for name in ("one", "two"):
+        core.create_namespaced_pod(
+            "default",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeSelector": {"pool": "burst"},
+                    "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "40"}}}],
+                },
+            },
+        )
+
+    def pool_nodes() -> list[str]:
+        nodes = core.list_node(label_selector="compute.coreweave.com/node-pool=burst").items
+        return [n.metadata.name for n in nodes]
+
+    wait_until(lambda: len(pool_nodes()) == 2, 30, 0.05, "a node per 40-cpu pod")
+    # This cluster has no kubelet to finish a graceful delete, so the pods are force-deleted.
+    core.delete_namespaced_pod("one", "default", grace_period_seconds=0)
+    core.delete_namespaced_pod("two", "default", grace_period_seconds=0)
+
+    wait_until(lambda: not pool_nodes(), 30, 0.05, "the pool back at minNodes=0")

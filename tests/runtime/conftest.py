@@ -27,7 +27,6 @@ from engines import (
     start_containerd,
     start_docker,
 )
-
 from fakes.kubernetes.cluster import FakeKubernetes
 
 from iris.cluster.runtime.process import ProcessRuntime

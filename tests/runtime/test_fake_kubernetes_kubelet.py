@@ -41,7 +41,12 @@ def namespace(kubernetes_cluster: FakeKubernetes, core: Any) -> Iterator[str]:
 def _pod(name: str, image: str, script: str, **spec: Any) -> dict[str, Any]:
     container = {"name": "main", "image": image, "command": ["sh", "-c", script]}
     container.update(spec.pop("container", {}))
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], **spec},
+    }
 
 
 def _apply(cluster: FakeKubernetes, namespace: str, manifest: dict[str, Any]) -> None:
@@ -61,8 +66,12 @@ def _main_state(core: Any, namespace: str, name: str) -> Any:
 def test_pod_runs_env_volumes_and_init_container_then_kubectl_logs_and_describe(
     kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine
 ) -> None:
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"color": "blue"}})
-    core.create_namespaced_secret(namespace, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "settings"}, "data": {"color": "blue"}}
+    )
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}}
+    )
     manifest = _pod(
         "full",
         docker_engine.base_image,
@@ -83,7 +92,10 @@ def test_pod_runs_env_volumes_and_init_container_then_kubectl_logs_and_describe(
                 {"name": "COLOR", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "color"}}},
                 {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
             ],
-            "volumeMounts": [{"name": "shared", "mountPath": "/shared"}, {"name": "config", "mountPath": "/config"}],
+            "volumeMounts": [
+                {"name": "shared", "mountPath": "/shared"},
+                {"name": "config", "mountPath": "/config"},
+            ],
         },
     )
     _apply(kubernetes_cluster, namespace, manifest)
@@ -104,14 +116,26 @@ def test_kubectl_exec_runs_in_the_container_with_stdin_and_exit_code(
     kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine
 ) -> None:
     _apply(kubernetes_cluster, namespace, _pod("sleeper", docker_engine.base_image, "sleep 600"))
-    ready = kubernetes_cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/sleeper", "--timeout=60s")
+    ready = kubernetes_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "pod/sleeper", "--timeout=60s"
+    )
     assert ready.returncode == 0, ready.stderr
 
-    failing = kubernetes_cluster.kubectl("exec", "-n", namespace, "sleeper", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
-    piped = kubernetes_cluster.kubectl("exec", "-i", "-n", namespace, "sleeper", "--", "cat", input="through stdin\n")
+    failing = kubernetes_cluster.kubectl(
+        "exec", "-n", namespace, "sleeper", "--", "sh", "-c", "echo out; echo err >&2; exit 3"
+    )
+    piped = kubernetes_cluster.kubectl(
+        "exec", "-i", "-n", namespace, "sleeper", "--", "cat", input="through stdin\n"
+    )
     from_python = stream(
-        core.connect_get_namespaced_pod_exec, "sleeper", namespace,
-        command=["sh", "-c", "echo $HOSTNAME-ok"], stdout=True, stderr=True, stdin=False, tty=False,
+        core.connect_get_namespaced_pod_exec,
+        "sleeper",
+        namespace,
+        command=["sh", "-c", "echo $HOSTNAME-ok"],
+        stdout=True,
+        stderr=True,
+        stdin=False,
+        tty=False,
     )
 
     assert (failing.returncode, failing.stdout) == (3, "out\n")
@@ -145,7 +169,9 @@ def test_crashing_container_goes_to_crash_loop_back_off_and_keeps_previous_logs(
     def backing_off() -> Any:
         state = _main_state(core, namespace, "crasher")
         waiting = state.state.waiting if state else None
-        return state if waiting and waiting.reason == "CrashLoopBackOff" and state.restart_count >= 2 else None
+        return (
+            state if waiting and waiting.reason == "CrashLoopBackOff" and state.restart_count >= 2 else None
+        )
 
     state = wait_until(backing_off, 60, 0.1, "CrashLoopBackOff after two restarts")
     previous = kubernetes_cluster.kubectl("logs", "-n", namespace, "crasher", "--previous")
@@ -163,14 +189,24 @@ def test_missing_image_secret_and_config_map_are_reported_like_a_kubelet(
     _apply(
         kubernetes_cluster,
         namespace,
-        _pod("no-secret", base, "true", container={"env": [
-            {"name": "K", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]}),
+        _pod(
+            "no-secret",
+            base,
+            "true",
+            container={"env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]},
+        ),
     )
     _apply(
         kubernetes_cluster,
         namespace,
-        _pod("no-config", base, "true", restartPolicy="Never", volumes=[{"name": "c", "configMap": {"name": "absent"}}],
-             container={"volumeMounts": [{"name": "c", "mountPath": "/c"}]}),
+        _pod(
+            "no-config",
+            base,
+            "true",
+            restartPolicy="Never",
+            volumes=[{"name": "c", "configMap": {"name": "absent"}}],
+            container={"volumeMounts": [{"name": "c", "mountPath": "/c"}]},
+        ),
     )
 
     def waiting_reason(name: str, wanted: str) -> str | None:
@@ -178,11 +214,19 @@ def test_missing_image_secret_and_config_map_are_reported_like_a_kubelet(
         waiting = state.state.waiting if state else None
         return waiting.message if waiting and waiting.reason == wanted else None
 
-    assert "not found" in wait_until(lambda: waiting_reason("no-image", "ErrImagePull"), 30, 0.1, "ErrImagePull")
+    assert "not found" in wait_until(
+        lambda: waiting_reason("no-image", "ErrImagePull"), 30, 0.1, "ErrImagePull"
+    )
     wait_until(lambda: waiting_reason("no-image", "ImagePullBackOff"), 30, 0.1, "ImagePullBackOff")
-    assert wait_until(
-        lambda: waiting_reason("no-secret", "CreateContainerConfigError"), 30, 0.1, "CreateContainerConfigError"
-    ) == 'secret "absent" not found'
+    assert (
+        wait_until(
+            lambda: waiting_reason("no-secret", "CreateContainerConfigError"),
+            30,
+            0.1,
+            "CreateContainerConfigError",
+        )
+        == 'secret "absent" not found'
+    )
 
     def failed_mounts() -> int | None:
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=no-config").items
@@ -191,7 +235,9 @@ def test_missing_image_secret_and_config_map_are_reported_like_a_kubelet(
 
     wait_until(failed_mounts, 30, 0.1, "repeated FailedMount events")
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "absent"}, "data": {"a": "b"}})
-    wait_until(lambda: _phase(core, namespace, "no-config") == "Succeeded", 30, 0.1, "the pod to run once mounted")
+    wait_until(
+        lambda: _phase(core, namespace, "no-config") == "Succeeded", 30, 0.1, "the pod to run once mounted"
+    )
 
 
 def test_injected_image_pull_failure_reports_the_given_reason(
@@ -224,8 +270,11 @@ def test_delete_pod_stops_container_with_sigterm_and_reports_how_it_ended(
     core.delete_namespaced_pod("graceful", namespace, grace_period_seconds=10)
     final = None
     for event in watch.Watch().stream(
-        core.list_namespaced_pod, namespace, field_selector="metadata.name=graceful",
-        resource_version=listed.metadata.resource_version, timeout_seconds=30,
+        core.list_namespaced_pod,
+        namespace,
+        field_selector="metadata.name=graceful",
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=30,
     ):
         if event["type"] == "DELETED":
             final = event["object"]
@@ -247,13 +296,19 @@ def test_deployment_rolls_out_running_pods(
             "selector": {"matchLabels": {"app": "server"}},
             "template": {
                 "metadata": {"labels": {"app": "server"}},
-                "spec": {"containers": [{"name": "c", "image": docker_engine.base_image, "command": ["sleep", "600"]}]},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": docker_engine.base_image, "command": ["sleep", "600"]}
+                    ]
+                },
             },
         },
     }
     _apply(kubernetes_cluster, namespace, deployment)
 
-    rollout = kubernetes_cluster.kubectl("rollout", "status", "-n", namespace, "deployment/server", "--timeout=60s")
+    rollout = kubernetes_cluster.kubectl(
+        "rollout", "status", "-n", namespace, "deployment/server", "--timeout=60s"
+    )
 
     assert rollout.returncode == 0, rollout.stderr
     pods = core.list_namespaced_pod(namespace, label_selector="app=server").items
@@ -286,7 +341,9 @@ def test_port_forward_reaches_the_pod_from_kubectl_and_the_python_client(
     manifest = _pod("echo", docker_engine.base_image, "")
     manifest["spec"]["containers"][0]["command"] = ["python3", "-c", ECHO_SERVER, str(port)]
     _apply(kubernetes_cluster, namespace, manifest)
-    ready = kubernetes_cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/echo", "--timeout=60s")
+    ready = kubernetes_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "pod/echo", "--timeout=60s"
+    )
     assert ready.returncode == 0, ready.stderr
 
     def listening() -> bool:
@@ -302,7 +359,10 @@ def test_port_forward_reaches_the_pod_from_kubectl_and_the_python_client(
     from_python.close()
     kubectl = subprocess.Popen(
         ["kubectl", "port-forward", "-n", namespace, "pod/echo", f":{port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kubernetes_cluster.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=kubernetes_cluster.env(),
     )
     try:
         announced = kubectl.stdout.readline() if kubectl.stdout else ""

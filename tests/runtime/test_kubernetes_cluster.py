@@ -43,7 +43,7 @@ def workspace(tmp_path: Path) -> Path:
 def _worker_pod(
     image: str, controller_url: str, config_dir: Path, cache: Path, bundles: Path, node: str
 ) -> dict[str, Any]:
-    hostpath = lambda name, path: {"name": name, "hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}  # noqa: E731
+    hostpath = lambda name, path: {"name": name, "hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}
     downward = {
         "IRIS_POD_NAME": "metadata.name",
         "IRIS_POD_UID": "metadata.uid",
@@ -72,9 +72,26 @@ def _worker_pod(
                     "name": "worker",
                     "image": image,
                     "command": [
-                        "python", "-m", "iris.cluster.worker.main", "serve", "--config", "/etc/iris/cluster.yaml",
-                        "--controller-address", controller_url, "--runtime", "kubernetes", "--host", "127.0.0.1",
-                        "--port", "0", "--cache-dir", str(cache), "--worker-id", "k8s-w0", "--gpu", "H100x8",
+                        "python",
+                        "-m",
+                        "iris.cluster.worker.main",
+                        "serve",
+                        "--config",
+                        "/etc/iris/cluster.yaml",
+                        "--controller-address",
+                        controller_url,
+                        "--runtime",
+                        "kubernetes",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        "0",
+                        "--cache-dir",
+                        str(cache),
+                        "--worker-id",
+                        "k8s-w0",
+                        "--gpu",
+                        "H100x8",
                     ],
                     "env": env,
                     "volumeMounts": [
@@ -138,11 +155,15 @@ def test_kubernetes_worker_pod_runs_callables_in_task_pods_and_gpu_pod_claims_gp
             gpu_job = client.submit(
                 Entrypoint.from_callable(pod_tasks.wait_for_release),
                 name="gpu-pod",
-                resources=ResourceSpec(cpu=1, memory="100MB", device=pb.DeviceConfig(gpu=pb.GpuDevice(variant="H100", count=2))),
+                resources=ResourceSpec(
+                    cpu=1, memory="100MB", device=pb.DeviceConfig(gpu=pb.GpuDevice(variant="H100", count=2))
+                ),
             )
 
             def gpu_task_pod() -> dict[str, Any] | None:
-                shown = kubernetes_cluster.kubectl("get", "pods", "-l", "iris.managed=true,iris.role=main", "-o", "json")
+                shown = kubernetes_cluster.kubectl(
+                    "get", "pods", "-l", "iris.managed=true,iris.role=main", "-o", "json"
+                )
                 pods = json.loads(shown.stdout)["items"] if shown.returncode == 0 else []
                 running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
                 return running[0] if running else None
@@ -162,7 +183,9 @@ def test_kubernetes_worker_pod_runs_callables_in_task_pods_and_gpu_pod_claims_gp
         core.delete_namespaced_config_map("iris-cluster-config", "default")
         wait_until(
             lambda: not core.list_namespaced_pod("default", label_selector="iris.managed=true").items,
-            60, 0.1, "the worker's task Pods to be garbage collected",
+            60,
+            0.1,
+            "the worker's task Pods to be garbage collected",
         )
         api_client.close()
         daemon.stop()

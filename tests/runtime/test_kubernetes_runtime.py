@@ -18,7 +18,13 @@ from kubernetes import client as k8s
 from kubernetes import config
 from runtime_support import lines, py
 
-from iris.cluster.runtime.kubernetes import KubernetesRuntime, KubernetesSettings, label_value, pod_name, task_pod_manifest
+from iris.cluster.runtime.kubernetes import (
+    KubernetesRuntime,
+    KubernetesSettings,
+    label_value,
+    pod_name,
+    task_pod_manifest,
+)
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 from iris.time import wait_until
 
@@ -74,12 +80,20 @@ def test_pod_name_is_a_valid_lowercase_dns_name() -> None:
 def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes() -> None:
     manifest = task_pod_manifest(
         _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500, memory_bytes=2**30),
-        "p", KubernetesSettings(namespace="iris"), "main", ["python3", "x.py"],
+        "p",
+        KubernetesSettings(namespace="iris"),
+        "main",
+        ["python3", "x.py"],
     )
 
     resources = manifest["spec"]["containers"][0]["resources"]
-    assert resources == {"requests": {"cpu": "500m", "memory": str(2**30)}, "limits": {"cpu": "500m", "memory": str(2**30)}}
-    assert manifest["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert resources == {
+        "requests": {"cpu": "500m", "memory": str(2**30)},
+        "limits": {"cpu": "500m", "memory": str(2**30)},
+    }
+    assert manifest["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert "ownerReferences" not in manifest["metadata"]
 
 
@@ -96,27 +110,44 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
     )
     core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "s3"}, "stringData": {"AWS_ACCESS_KEY_ID": "key-id", "AWS_SECRET_ACCESS_KEY": "k"}}
+        namespace,
+        {
+            "metadata": {"name": "s3"},
+            "stringData": {"AWS_ACCESS_KEY_ID": "key-id", "AWS_SECRET_ACCESS_KEY": "k"},
+        },
     )
     worker = core.create_namespaced_pod(
         namespace,
-        {"metadata": {"name": "worker"}, "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
-                                                 "containers": [{"name": "w", "image": docker_engine.base_image,
-                                                                 "command": ["sleep", "600"]}]}},
+        {
+            "metadata": {"name": "worker"},
+            "spec": {
+                "nodeName": node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "w", "image": docker_engine.base_image, "command": ["sleep", "600"]}],
+            },
+        },
     )
     settings = KubernetesSettings(
-        namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid, node_name=node,
-        s3_secret="s3", infiniband=True,
+        namespace=namespace,
+        owner_pod_name="worker",
+        owner_pod_uid=worker.metadata.uid,
+        node_name=node,
+        s3_secret="s3",
+        infiniband=True,
     )
     runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
     workdir = tmp_path / "work"
     workdir.mkdir()
     handle = runtime.create_container(
         _config(
-            workdir, docker_engine.base_image,
-            py("import os; print(os.environ['IRIS_POD_NAME'], os.environ['IRIS_WORKER_NODE_NAME'], "
-               "os.environ['AWS_ACCESS_KEY_ID'], os.environ['IRIS_JOB'])"),
-            gpu_count=2, env={"IRIS_JOB": JOB_ID},
+            workdir,
+            docker_engine.base_image,
+            py(
+                "import os; print(os.environ['IRIS_POD_NAME'], os.environ['IRIS_WORKER_NODE_NAME'], "
+                "os.environ['AWS_ACCESS_KEY_ID'], os.environ['IRIS_JOB'])"
+            ),
+            gpu_count=2,
+            env={"IRIS_JOB": JOB_ID},
         )
     )
     try:
@@ -147,9 +178,12 @@ def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
     kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
 ) -> None:
     worker = core.create_namespaced_pod(
-        namespace, {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": "unused"}]}}
+        namespace,
+        {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": "unused"}]}},
     )
-    settings = KubernetesSettings(namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid)
+    settings = KubernetesSettings(
+        namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid
+    )
     runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
     handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["sleep", "600"]))
     try:
@@ -169,7 +203,9 @@ def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
 def test_unpullable_image_fails_the_attempt_at_once_with_the_kubelets_reason(
     kubernetes_cluster: FakeKubernetes, namespace: str, tmp_path: Path
 ) -> None:
-    runtime = KubernetesRuntime(KubernetesSettings(namespace=namespace), kubeconfig=str(kubernetes_cluster.kubeconfig))
+    runtime = KubernetesRuntime(
+        KubernetesSettings(namespace=namespace), kubeconfig=str(kubernetes_cluster.kubeconfig)
+    )
     handle = runtime.create_container(_config(tmp_path, "iris-test/no-such-image:1", ["true"]))
     started = time.monotonic()
     try:
@@ -203,12 +239,16 @@ def test_missing_s3_secret_fails_with_create_container_config_error(
 def test_runtime_without_a_reachable_api_server_says_where_it_looked(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
-        json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
-            "users": [{"name": "u", "user": {}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        })
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
     )
 
     with pytest.raises(ContainerError) as excinfo:
@@ -222,7 +262,9 @@ def test_task_pods_end_when_the_namespace_is_deleted(
 ) -> None:
     name = f"rt-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
-    runtime = KubernetesRuntime(KubernetesSettings(namespace=name), kubeconfig=str(kubernetes_cluster.kubeconfig))
+    runtime = KubernetesRuntime(
+        KubernetesSettings(namespace=name), kubeconfig=str(kubernetes_cluster.kubeconfig)
+    )
     handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["sleep", "600"]))
     try:
         handle.run()
@@ -234,4 +276,6 @@ def test_task_pods_end_when_the_namespace_is_deleted(
     # The namespace's Pods are deleted gracefully: the task gets SIGTERM.
     assert status.phase == ContainerPhase.EXITED
     assert status.error == "killed by signal 15 (SIGTERM)"
-    wait_until(lambda: name not in [n.metadata.name for n in core.list_namespace().items], 10, 0.1, "namespace gone")
+    wait_until(
+        lambda: name not in [n.metadata.name for n in core.list_namespace().items], 10, 0.1, "namespace gone"
+    )

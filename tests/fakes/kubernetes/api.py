@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from fakes.kubernetes import discovery
-from fakes.kubernetes.portforward import SpdyPortForward, serve_websocket
 from fakes.kubernetes.patch import APPLY_PATCH, PATCH_TYPES, PatchError, apply_patch
+from fakes.kubernetes.portforward import SpdyPortForward, serve_websocket
 from fakes.kubernetes.resources import Resource, find_resource
 from fakes.kubernetes.selectors import SelectorError, parse_field_selector, parse_label_selector
 from fakes.kubernetes.store import BACKGROUND, ApiError, Store, WatchEvent, not_found
@@ -46,15 +46,47 @@ _KIND_FIELDS = {
     "ClusterRole": {"rules", "aggregationRule"},
     "ClusterRoleBinding": {"roleRef", "subjects"},
     "Event": {
-        "involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp", "count", "type",
-        "eventTime", "series", "action", "related", "reportingComponent", "reportingInstance",
+        "involvedObject",
+        "reason",
+        "message",
+        "source",
+        "firstTimestamp",
+        "lastTimestamp",
+        "count",
+        "type",
+        "eventTime",
+        "series",
+        "action",
+        "related",
+        "reportingComponent",
+        "reportingInstance",
     },
 }
 _CONTAINER_FIELDS = {
-    "name", "image", "command", "args", "workingDir", "ports", "envFrom", "env", "resources", "resizePolicy",
-    "restartPolicy", "volumeMounts", "volumeDevices", "livenessProbe", "readinessProbe", "startupProbe",
-    "lifecycle", "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy", "securityContext",
-    "stdin", "stdinOnce", "tty",
+    "name",
+    "image",
+    "command",
+    "args",
+    "workingDir",
+    "ports",
+    "envFrom",
+    "env",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+    "volumeMounts",
+    "volumeDevices",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "imagePullPolicy",
+    "securityContext",
+    "stdin",
+    "stdinOnce",
+    "tty",
 }
 
 
@@ -83,7 +115,9 @@ def _strict_errors(resource: Resource, obj: dict[str, Any]) -> list[str]:
         for kind in ("initContainers", "containers"):
             for index, container in enumerate(pod_spec.get(kind) or []):
                 unknown += [
-                    f'unknown field "{prefix}.{kind}[{index}].{key}"' for key in container if key not in _CONTAINER_FIELDS
+                    f'unknown field "{prefix}.{kind}[{index}].{key}"'
+                    for key in container
+                    if key not in _CONTAINER_FIELDS
                 ]
     return unknown
 
@@ -122,7 +156,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             self._send_json(exc.status(), exc.code)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-        except Exception as exc:  # noqa: BLE001 - a fake bug must reach the client as a 500, not a hang
+        except Exception as exc:
             logger.exception("fake API server error on %s %s", method, self.path)
             self._send_json(ApiError(500, "InternalError", f"fake API server error: {exc!r}").status(), 500)
 
@@ -136,7 +170,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         if parts in (["healthz"], ["readyz"], ["livez"]):
             return self._send_text("ok")
         if parts == ["api"]:
-            return self._send_json(discovery.core_versions(f"{self.server.server_address[0]}:{self.server.server_address[1]}"))
+            return self._send_json(
+                discovery.core_versions(f"{self.server.server_address[0]}:{self.server.server_address[1]}")
+            )
         if parts == ["apis"]:
             return self._send_json(discovery.group_list())
         if parts[:2] == ["openapi", "v3"]:
@@ -198,7 +234,9 @@ class ApiHandler(BaseHTTPRequestHandler):
                 for item in items:
                     store.delete(resource, namespace, item["metadata"]["name"], **self._delete_options())
                 return self._send_json(self._list_body(resource, items, store.resource_version))
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            raise ApiError(
+                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+            )
         if method == "GET":
             return self._send_object(resource, store.get(resource, namespace, name))
         if method == "PUT":
@@ -211,7 +249,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         if method == "DELETE":
             deleted = store.delete(resource, namespace, name, **self._delete_options())
             return self._send_object(resource, deleted)
-        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        raise ApiError(
+            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+        )
 
     # -- verbs ----------------------------------------------------------------------------------
 
@@ -260,15 +300,17 @@ class ApiHandler(BaseHTTPRequestHandler):
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - accepted media types include: "
-                f"application/json, application/yaml",
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json, application/yaml",
             )
         try:
             if content_type == APPLY_PATCH:
                 return yaml.safe_load(raw) or {}
             return json.loads(raw or b"{}")
         except (ValueError, yaml.YAMLError) as exc:
-            raise ApiError(400, "BadRequest", f"the body of the request was in an unknown format: {exc}") from None
+            raise ApiError(
+                400, "BadRequest", f"the body of the request was in an unknown format: {exc}"
+            ) from None
 
     def _check_fields(self, resource: Resource, body: Any) -> None:
         if not isinstance(body, dict):
@@ -292,11 +334,18 @@ class ApiHandler(BaseHTTPRequestHandler):
         current = store.find(resource, namespace, name)
         if content_type == APPLY_PATCH:
             if not self._param("fieldManager"):
-                raise ApiError(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value")
+                raise ApiError(
+                    422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value'
+                )
             self._check_fields(resource, patch)
             if current is None:
                 # Server-side apply creates what is missing.
-                created = store.create(resource, namespace, {**patch, "metadata": {**(patch.get("metadata") or {}), "name": name}}, self._dry_run())
+                created = store.create(
+                    resource,
+                    namespace,
+                    {**patch, "metadata": {**(patch.get("metadata") or {}), "name": name}},
+                    self._dry_run(),
+                )
                 return self._send_object(resource, created, 201)
         if current is None:
             raise not_found(resource, name)
@@ -307,8 +356,12 @@ class ApiHandler(BaseHTTPRequestHandler):
         if isinstance(patched, dict) and self._param("fieldValidation") == "Strict":
             self._check_fields(resource, patched)
         # A patch applies to the version it read unless it names one itself.
-        patch_version = ((patch.get("metadata") or {}) if isinstance(patch, dict) else {}).get("resourceVersion")
-        patched.setdefault("metadata", {})["resourceVersion"] = patch_version or current["metadata"]["resourceVersion"]
+        patch_version = ((patch.get("metadata") or {}) if isinstance(patch, dict) else {}).get(
+            "resourceVersion"
+        )
+        patched.setdefault("metadata", {})["resourceVersion"] = (
+            patch_version or current["metadata"]["resourceVersion"]
+        )
         updated = store.update(resource, namespace, name, patched, subresource=sub, dry_run=self._dry_run())
         self._send_object(resource, updated)
 
@@ -465,7 +518,7 @@ class ApiHandler(BaseHTTPRequestHandler):
                 raise ApiError(400, "BadRequest", f"none of the offered subprotocols {offered} is supported")
             ports = [int(p) for value in self.query.get("ports", []) for p in value.split(",") if p]
             if not ports:
-                raise ApiError(400, "BadRequest", "query parameter \"ports\" is required")
+                raise ApiError(400, "BadRequest", 'query parameter "ports" is required')
             return serve_websocket(self._accept_websocket("v4.channel.k8s.io"), ports)
         if upgrade.startswith("spdy/3.1"):
             self._switch_protocols({"Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "portforward.k8s.io"})
@@ -474,7 +527,9 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     def _metrics(self, method: str, namespace: str, name: str) -> None:
         if method != "GET":
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            raise ApiError(
+                405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+            )
         pods_resource = find_resource("", "v1", "pods")
         metrics_resource = find_resource("metrics.k8s.io", "v1beta1", "pods")
         assert pods_resource is not None and metrics_resource is not None
@@ -529,4 +584,3 @@ def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, name="fake-kubernetes-api", daemon=True)
     thread.start()
     return thread
-

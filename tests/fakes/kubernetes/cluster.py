@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
@@ -38,7 +37,9 @@ class _NoKubelet:
     def logs(self, pod: dict[str, Any], **_: Any) -> Any:
         from fakes.kubernetes.store import ApiError
 
-        raise ApiError(400, "BadRequest", f"pod {pod['metadata']['name']} has no kubelet in this fake cluster")
+        raise ApiError(
+            400, "BadRequest", f"pod {pod['metadata']['name']} has no kubelet in this fake cluster"
+        )
 
     def exec_session(self, pod: dict[str, Any], **kwargs: Any) -> Any:
         return self.logs(pod)
@@ -92,7 +93,7 @@ class FakeKubernetes:
     def __enter__(self) -> FakeKubernetes:
         return self.start()
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # -- knobs ----------------------------------------------------------------------------------
@@ -105,8 +106,13 @@ class FakeKubernetes:
     def provisioning_delay(self, seconds: float) -> None:
         self.control_plane.provisioning_delay = seconds
 
-    def add_node(self, name: str, labels: dict[str, str] | None = None, capacity: dict[str, str] | None = None,
-                 taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        capacity: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+    ) -> dict[str, Any]:
         node: dict[str, Any] = {"metadata": {"name": name, "labels": dict(labels or {})}, "spec": {}}
         if taints:
             node["spec"]["taints"] = taints
@@ -137,12 +143,20 @@ class FakeKubernetes:
         """Environment for a client process (kubectl or a daemon) pointed at this cluster."""
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(self.home)}
 
-    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         binary = shutil.which("kubectl")
         if binary is None:
             raise RuntimeError("kubectl is not installed (scripts/ci_setup.sh installs it)")
         return subprocess.run(
-            [binary, *args], input=input, capture_output=True, text=True, env=self.env(), timeout=timeout, check=False
+            [binary, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+            check=False,
         )
 
     def _write_kubeconfig(self) -> None:
@@ -151,7 +165,9 @@ class FakeKubernetes:
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "fake", "user": {"token": "fake-token"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}],
+            "contexts": [
+                {"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}
+            ],
             "current-context": "fake",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))

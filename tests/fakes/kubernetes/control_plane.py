@@ -49,8 +49,19 @@ INSTANCE_TYPES: dict[str, dict[str, str]] = {
 DEFAULT_INSTANCE = INSTANCE_TYPES["cd-gp-i64-erapids"]
 
 _SUFFIXES = {
-    "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5,
-    "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
 }
 
 
@@ -110,7 +121,10 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
-        for name, quantity in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
+        for name, quantity in {
+            **(resources.get("limits") or {}),
+            **(resources.get("requests") or {}),
+        }.items():
             totals[name] = totals.get(name, 0.0) + parse_quantity(quantity)
     return totals
 
@@ -121,7 +135,9 @@ def tolerates(pod: dict[str, Any], taint: dict[str, Any]) -> bool:
             continue
         if toleration.get("operator") == "Exists" and toleration.get("key") in (None, "", taint.get("key")):
             return True
-        if toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+        if toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+            "value", ""
+        ):
             return True
     return False
 
@@ -203,7 +219,9 @@ class ControlPlane:
             if any(ref.get("uid") == metadata["uid"] for ref in pod["metadata"].get("ownerReferences") or [])
             and not pod["metadata"].get("deletionTimestamp")
         ]
-        current = [p for p in owned if p["metadata"].get("labels", {}).get("pod-template-hash") == template_hash]
+        current = [
+            p for p in owned if p["metadata"].get("labels", {}).get("pod-template-hash") == template_hash
+        ]
         for pod in owned:
             if pod not in current or is_terminal(pod):
                 self.store.delete(PODS, namespace, pod["metadata"]["name"])
@@ -256,8 +274,10 @@ class ControlPlane:
             status.pop("readyReplicas")
             status.pop("availableReplicas")
         previous = deployment.get("status") or {}
-        if _strip_times(previous) != _strip_times(status):
-            self.store.mutate(DEPLOYMENTS, namespace, metadata["name"], lambda d: d.__setitem__("status", status))
+        if previous != status:
+            self.store.mutate(
+                DEPLOYMENTS, namespace, metadata["name"], lambda d: d.__setitem__("status", status)
+            )
 
     # -- node pools -----------------------------------------------------------------------------
 
@@ -303,7 +323,9 @@ class ControlPlane:
             if pool_name and pool_name not in names:
                 self.store.delete(NODES, "", node["metadata"]["name"])
 
-    def _wanted_nodes(self, pool: dict[str, Any], pool_nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> int:
+    def _wanted_nodes(
+        self, pool: dict[str, Any], pool_nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+    ) -> int:
         spec = pool.get("spec") or {}
         if not spec.get("autoscaling"):
             return int(spec.get("targetNodes", 0))
@@ -336,10 +358,14 @@ class ControlPlane:
             "kubernetes.io/arch": "amd64",
             **(spec.get("nodeLabels") or {}),
         }
-        taints = [
-            {"key": k, "value": v.split(":")[0], "effect": v.split(":")[1] if ":" in v else "NoSchedule"}
-            for k, v in (spec.get("nodeTaints") or {}).items()
-        ] if isinstance(spec.get("nodeTaints"), dict) else list(spec.get("nodeTaints") or [])
+        taints = (
+            [
+                {"key": k, "value": v.split(":")[0], "effect": v.split(":")[1] if ":" in v else "NoSchedule"}
+                for k, v in (spec.get("nodeTaints") or {}).items()
+            ]
+            if isinstance(spec.get("nodeTaints"), dict)
+            else list(spec.get("nodeTaints") or [])
+        )
         if GPU_RESOURCE in capacity and not any(t.get("key") == GPU_RESOURCE for t in taints):
             taints.append(dict(GPU_TAINT))
         return {
@@ -366,7 +392,9 @@ class ControlPlane:
             {
                 "type": "AtTarget",
                 "status": "True" if current == wanted else "False",
-                "reason": "TargetMet" if current == wanted else ("Unavailable" if failure else "Provisioning"),
+                "reason": "TargetMet"
+                if current == wanted
+                else ("Unavailable" if failure else "Provisioning"),
                 "message": failure or ("" if current == wanted else f"{current} of {wanted} nodes are ready"),
             },
         ]
@@ -388,15 +416,27 @@ class ControlPlane:
         nodes, _ = self.store.list(NODES)
         ready_nodes = [n for n in nodes if _node_ready(n) and not (n.get("spec") or {}).get("unschedulable")]
         for pod in pods:
-            if (pod.get("spec") or {}).get("nodeName") or is_terminal(pod) or pod["metadata"].get("deletionTimestamp"):
+            if (
+                (pod.get("spec") or {}).get("nodeName")
+                or is_terminal(pod)
+                or pod["metadata"].get("deletionTimestamp")
+            ):
                 continue
             placed = next((n for n in ready_nodes if _fits(pod, n, pods)), None)
             if placed is not None:
                 node_name = placed["metadata"]["name"]
-                self.store.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _binder(node_name))
-                pods = [p if p["metadata"]["uid"] != pod["metadata"]["uid"] else _bound(p, node_name) for p in pods]
+                self.store.mutate(
+                    PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _binder(node_name)
+                )
+                pods = [
+                    p if p["metadata"]["uid"] != pod["metadata"]["uid"] else _bound(p, node_name)
+                    for p in pods
+                ]
                 record_event(
-                    self.store, pod, "Normal", "Scheduled",
+                    self.store,
+                    pod,
+                    "Normal",
+                    "Scheduled",
                     f"Successfully assigned {pod['metadata']['namespace']}/{pod['metadata']['name']} to {node_name}",
                     "default-scheduler",
                 )
@@ -404,7 +444,9 @@ class ControlPlane:
             message = f"0/{len(nodes)} nodes are available: {_unschedulable_reason(pod, nodes, pods)}"
             conditions = (pod.get("status") or {}).get("conditions") or []
             if not any(c.get("type") == "PodScheduled" and c.get("message") == message for c in conditions):
-                self.store.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _unschedulable(message))
+                self.store.mutate(
+                    PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _unschedulable(message)
+                )
                 record_event(self.store, pod, "Warning", "FailedScheduling", message, "default-scheduler")
 
 
@@ -415,10 +457,21 @@ def add_node(store: Store, node: dict[str, Any]) -> dict[str, Any]:
     status.setdefault("allocatable", dict(capacity))
     now = now_rfc3339()
     status["conditions"] = [
-        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
-         "lastHeartbeatTime": now, "lastTransitionTime": now},
-        {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
-         "lastHeartbeatTime": now, "lastTransitionTime": now},
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        },
+        {
+            "type": "MemoryPressure",
+            "status": "False",
+            "reason": "KubeletHasSufficientMemory",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        },
     ]
     status["addresses"] = [
         {"type": "InternalIP", "address": "127.0.0.1"},
@@ -431,25 +484,27 @@ def add_node(store: Store, node: dict[str, Any]) -> dict[str, Any]:
         "architecture": "amd64",
         "osImage": "fake",
         "kernelVersion": "fake",
-        "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": "", "containerRuntime": "",
+        "machineID": "",
+        "systemUUID": "",
+        "bootID": "",
+        "kubeProxyVersion": "",
+        "containerRuntime": "",
     }
     node["metadata"].setdefault("labels", {}).setdefault("kubernetes.io/hostname", node["metadata"]["name"])
     return store.create(NODES, "", node)
 
 
-def _strip_times(status: dict[str, Any]) -> str:
-    return json.dumps(status, sort_keys=True)
-
-
 def _pod_ready(pod: dict[str, Any]) -> bool:
     return any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or []
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
     )
 
 
 def _node_ready(node: dict[str, Any]) -> bool:
     return any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or []
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
     )
 
 
@@ -469,7 +524,9 @@ def _misfit(pod: dict[str, Any], node: dict[str, Any], pods: list[dict[str, Any]
     for taint in (node.get("spec") or {}).get("taints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(pod, taint):
             return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
-    allocatable = {k: parse_quantity(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()}
+    allocatable = {
+        k: parse_quantity(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
+    }
     used: dict[str, float] = {}
     for other in _pods_on(node["metadata"].get("name", ""), pods):
         if other["metadata"].get("uid") == pod["metadata"].get("uid"):
@@ -482,7 +539,9 @@ def _misfit(pod: dict[str, Any], node: dict[str, Any], pods: list[dict[str, Any]
     return None
 
 
-def _unschedulable_reason(pod: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> str:
+def _unschedulable_reason(
+    pod: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> str:
     if not nodes:
         return "no nodes available to schedule pods."
     counts: dict[str, int] = {}
@@ -496,7 +555,11 @@ def _unschedulable_reason(pod: dict[str, Any], nodes: list[dict[str, Any]], pods
 def _binder(node_name: str) -> Any:
     def bind(pod: dict[str, Any]) -> None:
         pod["spec"]["nodeName"] = node_name
-        conditions = [c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"]
+        conditions = [
+            c
+            for c in (pod.setdefault("status", {}).get("conditions") or [])
+            if c.get("type") != "PodScheduled"
+        ]
         conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now_rfc3339()})
         pod["status"]["conditions"] = conditions
 
@@ -511,7 +574,11 @@ def _bound(pod: dict[str, Any], node_name: str) -> dict[str, Any]:
 
 def _unschedulable(message: str) -> Any:
     def mark(pod: dict[str, Any]) -> None:
-        conditions = [c for c in (pod.setdefault("status", {}).get("conditions") or []) if c.get("type") != "PodScheduled"]
+        conditions = [
+            c
+            for c in (pod.setdefault("status", {}).get("conditions") or [])
+            if c.get("type") != "PodScheduled"
+        ]
         conditions.append(
             {
                 "type": "PodScheduled",

@@ -35,12 +35,22 @@ def core_versions(server_address: str) -> dict[str, Any]:
 
 
 def group_list() -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group(name) for name in GROUP_VERSIONS if name]}
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [group(name) for name in GROUP_VERSIONS if name],
+    }
 
 
 def group(name: str) -> dict[str, Any]:
     versions = [{"groupVersion": f"{name}/{v}", "version": v} for v in GROUP_VERSIONS[name]]
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": versions, "preferredVersion": versions[0]}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": name,
+        "versions": versions,
+        "preferredVersion": versions[0],
+    }
 
 
 def resource_list(group_name: str, version_name: str) -> dict[str, Any] | None:
@@ -72,7 +82,12 @@ def resource_list(group_name: str, version_name: str) -> dict[str, Any] | None:
                 }
             )
     group_version = f"{group_name}/{version_name}" if group_name else version_name
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": entries,
+    }
 
 
 def _openapi_path(group_version: str) -> str:
@@ -91,11 +106,7 @@ def openapi_index() -> dict[str, Any]:
 
 def openapi_document(path: str) -> dict[str, Any] | None:
     """One stub document per group-version: a PATCH operation per resource, enough for apply."""
-    served = [
-        r
-        for r in RESOURCES
-        if _openapi_path(r.group_version) == path and "patch" in r.verbs
-    ]
+    served = [r for r in RESOURCES if _openapi_path(r.group_version) == path and "patch" in r.verbs]
     if not served:
         return None
     paths: dict[str, Any] = {}

@@ -30,6 +30,7 @@ import docker
 import docker.errors
 
 from fakes.kubernetes.control_plane import NODES, PODS, parse_quantity, record_event
+from fakes.kubernetes.resources import find_resource
 from fakes.kubernetes.store import ApiError, Store, WatchEvent, now_rfc3339
 from fakes.kubernetes.websocket import ConnectionClosed, WebSocket
 
@@ -168,14 +169,18 @@ class PodWorker:
                     (target / item["path"]).write_text(value)
                 paths[name] = str(target)
             else:
-                raise ConfigError(f'MountVolume.SetUp failed for volume "{name}" : volume type not supported by the fake')
+                raise ConfigError(
+                    f'MountVolume.SetUp failed for volume "{name}" : volume type not supported by the fake'
+                )
         binds: dict[str, dict[str, str]] = {}
         for record in self.init_records + self.records:
             for mount in record.spec.get("volumeMounts") or []:
                 source = paths[mount["name"]]
                 if mount.get("subPath"):
                     source = str(Path(source) / mount["subPath"])
-                binds.setdefault(record.name, {})[mount["mountPath"]] = source + (":ro" if mount.get("readOnly") else "")
+                binds.setdefault(record.name, {})[mount["mountPath"]] = source + (
+                    ":ro" if mount.get("readOnly") else ""
+                )
         return binds
 
     def _volume_files(self, volume: dict[str, Any]) -> dict[str, bytes]:
@@ -202,7 +207,7 @@ class PodWorker:
             if item["key"] not in data:
                 raise ConfigError(
                     f'MountVolume.SetUp failed for volume "{name}" : configmap references non-existent config key: '
-                    f'{item["key"]}'
+                    f"{item['key']}"
                 )
             files[item["path"]] = data[item["key"]]
         return files
@@ -262,7 +267,10 @@ class PodWorker:
                 return
 
     def _schedule_restart(self, record: ContainerRecord) -> None:
-        delay = min(self.kubelet.crash_backoff_seconds * (2**record.restart_count), self.kubelet.crash_backoff_max_seconds)
+        delay = min(
+            self.kubelet.crash_backoff_seconds * (2**record.restart_count),
+            self.kubelet.crash_backoff_max_seconds,
+        )
         record.last_state = record.state
         record.restart_at = time.monotonic() + delay
         record.state = {
@@ -298,7 +306,9 @@ class PodWorker:
                 record.state = {"waiting": {"reason": "ErrImagePull", "message": problem}}
                 self._event("Warning", "Failed", f'Failed to pull image "{image}": {problem}')
             else:
-                record.state = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}
+                record.state = {
+                    "waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+                }
                 self._event("Normal", "BackOff", f'Back-off pulling image "{image}"')
             self._publish()
             if self.stopped.wait(self.kubelet.image_backoff_seconds):
@@ -328,7 +338,7 @@ class PodWorker:
         except docker.errors.ImageNotFound:
             return (
                 f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
-                f"failed to resolve reference \"{image}\": {image}: not found"
+                f'failed to resolve reference "{image}": {image}: not found'
             )
 
     def _create_and_start(self, record: ContainerRecord, env: dict[str, str]) -> None:
@@ -337,8 +347,10 @@ class PodWorker:
         host_config: dict[str, Any] = {
             "network_mode": "host",
             "init": True,
-            "binds": [f"{source.split(':ro')[0]}:{target}{':ro' if source.endswith(':ro') else ''}"
-                      for target, source in self.binds.get(record.name, {}).items()],
+            "binds": [
+                f"{source.split(':ro')[0]}:{target}{':ro' if source.endswith(':ro') else ''}"
+                for target, source in self.binds.get(record.name, {}).items()
+            ],
         }
         if limits.get("memory"):
             memory = int(parse_quantity(limits["memory"]))
@@ -377,7 +389,9 @@ class PodWorker:
             }
             self._event("Warning", "Failed", f"Error: {message}")
             return
-        started = _docker_time(api.inspect_container(container["Id"])["State"].get("StartedAt")) or now_rfc3339()
+        started = (
+            _docker_time(api.inspect_container(container["Id"])["State"].get("StartedAt")) or now_rfc3339()
+        )
         record.state = {"running": {"startedAt": started}}
         self._event("Normal", "Started", f"Started container {record.name}")
 
@@ -385,7 +399,12 @@ class PodWorker:
         try:
             state = self.kubelet.api.inspect_container(record.current_id)["State"]
         except docker.errors.NotFound:
-            return {"exitCode": 137, "reason": "Error", "message": "container was removed", "finishedAt": now_rfc3339()}
+            return {
+                "exitCode": 137,
+                "reason": "Error",
+                "message": "container was removed",
+                "finishedAt": now_rfc3339(),
+            }
         if state.get("Running") or state.get("Status") in ("created", "restarting"):
             return None
         exit_code = int(state.get("ExitCode", 0))
@@ -415,7 +434,7 @@ class PodWorker:
     # -- env ------------------------------------------------------------------------------------
 
     def _field_value(self, path: str) -> str:
-        metadata, spec, status = self.pod["metadata"], self.pod["spec"], self.pod.get("status") or {}
+        metadata, spec = self.pod["metadata"], self.pod["spec"]
         values = {
             "metadata.name": metadata["name"],
             "metadata.namespace": metadata["namespace"],
@@ -430,7 +449,6 @@ class PodWorker:
         for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
             if path.startswith(prefix + "['") and path.endswith("']"):
                 return (metadata.get(source) or {}).get(path[len(prefix) + 2 : -2], "")
-        del status
         raise ConfigError(f"unsupported fieldRef {path}")
 
     def _container_env(self, spec: dict[str, Any]) -> dict[str, str]:
@@ -449,7 +467,9 @@ class PodWorker:
             if "fieldRef" in value_from:
                 env[name] = self._field_value(value_from["fieldRef"]["fieldPath"])
             elif "secretKeyRef" in value_from:
-                value = self._config_data("secrets", value_from["secretKeyRef"], value_from["secretKeyRef"].get("key"))
+                value = self._config_data(
+                    "secrets", value_from["secretKeyRef"], value_from["secretKeyRef"].get("key")
+                )
                 if value:
                     env[name] = next(iter(value.values()))
             elif "configMapKeyRef" in value_from:
@@ -491,9 +511,9 @@ class PodWorker:
 
     def _phase(self) -> str:
         policy = self.pod["spec"].get("restartPolicy", "Always")
-        if any("terminated" in r.state and r.state["terminated"]["exitCode"] != 0 for r in self.init_records) and (
-            policy == "Never"
-        ):
+        if any(
+            "terminated" in r.state and r.state["terminated"]["exitCode"] != 0 for r in self.init_records
+        ) and (policy == "Never"):
             return "Failed"
         if not self.records or any(not r.docker_ids for r in self.records):
             return "Pending"
@@ -505,7 +525,9 @@ class PodWorker:
     def _publish(self, phase: str | None = None) -> None:
         phase = phase or self._phase()
         all_running = all("running" in r.state for r in self.records)
-        initialized = all("terminated" in r.state and r.state["terminated"]["exitCode"] == 0 for r in self.init_records)
+        initialized = all(
+            "terminated" in r.state and r.state["terminated"]["exitCode"] == 0 for r in self.init_records
+        )
         now = now_rfc3339()
 
         def update(pod: dict[str, Any]) -> None:
@@ -518,7 +540,9 @@ class PodWorker:
                 since = old.get("lastTransitionTime", now) if old and old.get("status") == text else now
                 entry = {"type": kind, "status": text, "lastTransitionTime": since}
                 if not value and kind in ("Ready", "ContainersReady"):
-                    entry["reason"] = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
+                    entry["reason"] = (
+                        "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
+                    )
                 return entry
 
             status["phase"] = phase
@@ -545,9 +569,12 @@ class PodWorker:
         pod = self.kubelet.store.find(PODS, self.namespace, self.name)
         alive = pod is not None and pod["metadata"]["uid"] == self.uid
         grace = int((pod or {}).get("metadata", {}).get("deletionGracePeriodSeconds", 0) or 0) if alive else 0
-        running = [r for r in self.init_records + self.records if r.current_id and "terminated" not in r.state]
+        running = [
+            r for r in self.init_records + self.records if r.current_id and "terminated" not in r.state
+        ]
         stoppers = [
-            threading.Thread(target=self._stop_container, args=(r.current_id, grace), daemon=True) for r in running
+            threading.Thread(target=self._stop_container, args=(r.current_id, grace), daemon=True)
+            for r in running
         ]
         for stopper in stoppers:
             stopper.start()
@@ -590,7 +617,9 @@ class PodWorker:
             if len(self.records) != 1:
                 names = " ".join(r.name for r in self.records)
                 raise ApiError(
-                    400, "BadRequest", f"a container name must be specified for pod {self.name}, choose one of: [{names}]"
+                    400,
+                    "BadRequest",
+                    f"a container name must be specified for pod {self.name}, choose one of: [{names}]",
                 )
             return self.records[0]
         for record in records:
@@ -610,8 +639,6 @@ def _expand(value: str, env: dict[str, str]) -> str:
 
 
 def _resource(plural: str) -> Any:
-    from fakes.kubernetes.resources import find_resource
-
     return find_resource("", "v1", plural)
 
 
@@ -660,7 +687,9 @@ class Kubelet:
         for worker in workers:
             worker.thread.join(10)
         self._thread.join(5)
-        for container in self.api.containers(all=True, filters={"label": f"{LABEL_CLUSTER}={self.cluster_id}"}):
+        for container in self.api.containers(
+            all=True, filters={"label": f"{LABEL_CLUSTER}={self.cluster_id}"}
+        ):
             try:
                 self.api.remove_container(container["Id"], force=True)
             except docker.errors.APIError:
@@ -686,7 +715,10 @@ class Kubelet:
                     continue
                 uid = pod["metadata"]["uid"]
                 with self._lock:
-                    if uid in self._workers or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    if uid in self._workers or (pod.get("status") or {}).get("phase") in (
+                        "Succeeded",
+                        "Failed",
+                    ):
                         continue
                     worker = PodWorker(self, pod)
                     self._workers[uid] = worker
@@ -695,7 +727,9 @@ class Kubelet:
             for pod in pods:
                 node = (pod.get("spec") or {}).get("nodeName")
                 if node and node not in nodes and not pod["metadata"].get("deletionTimestamp"):
-                    self.store.mutate(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _mark_node_lost)
+                    self.store.mutate(
+                        PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], _mark_node_lost
+                    )
 
     def _worker(self, pod: dict[str, Any]) -> PodWorker | None:
         with self._lock:
@@ -713,7 +747,11 @@ class Kubelet:
     ) -> Iterator[bytes]:
         worker = self._worker(pod)
         if worker is None:
-            raise ApiError(400, "BadRequest", f'container "{container}" in pod "{pod["metadata"]["name"]}" is not available')
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{pod["metadata"]["name"]}" is not available',
+            )
         record = worker.record(container)
         ids = record.docker_ids[:-1] if previous else record.docker_ids
         if not ids:
@@ -754,18 +792,22 @@ class Kubelet:
             if index >= sent:
                 yield frame
 
-    def exec_session(self, pod: dict[str, Any], container: str, command: list[str], stdin: bool, tty: bool) -> ExecSession:
+    def exec_session(
+        self, pod: dict[str, Any], container: str, command: list[str], stdin: bool, tty: bool
+    ) -> ExecSession:
         worker = self._worker(pod)
         if worker is None:
             raise ApiError(400, "BadRequest", f"pod {pod['metadata']['name']} is not running")
         record = worker.record(container)
         if "running" not in record.state or not record.current_id:
             raise ApiError(
-                400, "BadRequest", f"unable to upgrade connection: container not found (\"{record.name}\")"
+                400, "BadRequest", f'unable to upgrade connection: container not found ("{record.name}")'
             )
         if not command:
             raise ApiError(400, "BadRequest", "you must specify at least 1 command")
-        exec_id = self.api.exec_create(record.current_id, command, stdin=stdin, stdout=True, stderr=True, tty=tty)["Id"]
+        exec_id = self.api.exec_create(
+            record.current_id, command, stdin=stdin, stdout=True, stderr=True, tty=tty
+        )["Id"]
         return ExecSession(self.api, exec_id, stdin, tty)
 
     def pod_metrics(self, pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -791,7 +833,9 @@ class Kubelet:
             nanocores = 0
             if previous is not None and sample[1] > previous[1]:
                 nanocores = max(0, int((sample[0] - previous[0]) * 1e9 / (sample[1] - previous[1])))
-            containers.append({"name": record.name, "usage": {"cpu": f"{nanocores}n", "memory": f"{used // 1024}Ki"}})
+            containers.append(
+                {"name": record.name, "usage": {"cpu": f"{nanocores}n", "memory": f"{used // 1024}Ki"}}
+            )
         if not containers:
             return None
         return {
@@ -815,7 +859,9 @@ def _mark_node_lost(pod: dict[str, Any]) -> None:
         return
     status["phase"] = "Failed"
     status["reason"] = "NodeLost"
-    status["message"] = f"Node {pod['spec']['nodeName']} which was running pod {pod['metadata']['name']} is unresponsive"
+    status["message"] = (
+        f"Node {pod['spec']['nodeName']} which was running pod {pod['metadata']['name']} is unresponsive"
+    )
 
 
 class ExecSession:

@@ -99,7 +99,9 @@ def _merge_list(current: Any, patch: list[Any], name: str) -> list[Any]:
     result = [copy.deepcopy(item) for item in current or []]
     for item in patch:
         if item.get("$patch") == "replace":
-            return [copy.deepcopy({k: v for k, v in i.items() if k != "$patch"}) for i in patch if i is not item]
+            return [
+                copy.deepcopy({k: v for k, v in i.items() if k != "$patch"}) for i in patch if i is not item
+            ]
         index = next((i for i, existing in enumerate(result) if existing.get(key) == item.get(key)), None)
         if item.get("$patch") == "delete":
             if index is not None:
@@ -156,7 +158,7 @@ def _child(node: Any, part: str, path: str) -> Any:
         return node[part]
     if isinstance(node, list) and part.isdigit() and int(part) < len(node):
         return node[int(part)]
-    raise PatchError(f"doc is missing path: \"{path}\"")
+    raise PatchError(f'doc is missing path: "{path}"')
 
 
 def _get(document: Any, path: str) -> Any:
@@ -180,9 +182,9 @@ def _add(document: Any, path: str, value: Any) -> Any:
         elif last.isdigit() and int(last) <= len(parent):
             parent.insert(int(last), value)
         else:
-            raise PatchError(f"add operation does not apply: doc is missing path: \"{path}\"")
+            raise PatchError(f'add operation does not apply: doc is missing path: "{path}"')
     else:
-        raise PatchError(f"add operation does not apply: doc is missing path: \"{path}\"")
+        raise PatchError(f'add operation does not apply: doc is missing path: "{path}"')
     return document
 
 
@@ -195,7 +197,7 @@ def _remove(document: Any, path: str) -> Any:
     elif isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
         parent.pop(int(last))
     else:
-        raise PatchError(f"remove operation does not apply: doc is missing path: \"{path}\"")
+        raise PatchError(f'remove operation does not apply: doc is missing path: "{path}"')
     return document
 
 

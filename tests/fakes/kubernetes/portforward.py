@@ -79,7 +79,12 @@ def _header_block(headers: dict[str, str]) -> bytes:
     block = struct.pack(">I", len(headers))
     for name, value in headers.items():
         encoded_name, encoded_value = name.lower().encode(), value.encode()
-        block += struct.pack(">I", len(encoded_name)) + encoded_name + struct.pack(">I", len(encoded_value)) + encoded_value
+        block += (
+            struct.pack(">I", len(encoded_name))
+            + encoded_name
+            + struct.pack(">I", len(encoded_value))
+            + encoded_value
+        )
     return block
 
 
@@ -164,7 +169,9 @@ class SpdyPortForward:
         with self._write_lock:
             if self._closed:
                 return
-            self._sock.sendall(struct.pack(">II", stream_id, ((FLAG_FIN if fin else 0) << 24) | len(data)) + data)
+            self._sock.sendall(
+                struct.pack(">II", stream_id, ((FLAG_FIN if fin else 0) << 24) | len(data)) + data
+            )
 
     def _reply(self, stream_id: int) -> None:
         with self._write_lock:

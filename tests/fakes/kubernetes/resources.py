@@ -7,6 +7,8 @@ the real server sends (reason `Invalid`, one cause per field), which kubectl pri
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -142,7 +144,9 @@ def _validate_metadata(resource: Resource, metadata: dict[str, Any]) -> list[Fie
     name = metadata.get("name")
     if not name:
         if not metadata.get("generateName"):
-            errors.append(FieldError("metadata.name", "FieldValueRequired", "name or generateName is required"))
+            errors.append(
+                FieldError("metadata.name", "FieldValueRequired", "name or generateName is required")
+            )
     elif resource.kind in _LABEL_NAMED:
         if len(name) > 63 or not _DNS_LABEL.fullmatch(name):
             errors.append(FieldError("metadata.name", "FieldValueInvalid", _DNS_LABEL_MESSAGE, name))
@@ -250,7 +254,9 @@ _MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "terminationGracePe
 def validate_pod_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
     def comparable(spec: dict[str, Any]) -> dict[str, Any]:
         copy = {k: v for k, v in spec.items() if k not in _MUTABLE_POD_SPEC}
-        copy["containers"] = [{k: v for k, v in c.items() if k != "image"} for c in spec.get("containers") or []]
+        copy["containers"] = [
+            {k: v for k, v in c.items() if k != "image"} for c in spec.get("containers") or []
+        ]
         copy["initContainers"] = [
             {k: v for k, v in c.items() if k != "image"} for c in spec.get("initContainers") or []
         ]
@@ -287,6 +293,11 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
+        if spec.get("clusterIP") != "None":
+            # A stable address in the service range; nothing ever connects to it.
+            digest = hashlib.sha256(json.dumps(obj.get("metadata"), sort_keys=True).encode()).digest()
+            spec.setdefault("clusterIP", f"10.96.{digest[0]}.{digest[1] or 1}")
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
         for port in spec.get("ports") or []:
             port.setdefault("protocol", "TCP")
             port.setdefault("targetPort", port.get("port"))
@@ -309,7 +320,10 @@ def _default_pod_spec(spec: dict[str, Any]) -> None:
         for container in spec.get(kind) or []:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
-            container.setdefault("imagePullPolicy", "Always" if container.get("image", "").endswith(":latest") else "IfNotPresent")
+            container.setdefault(
+                "imagePullPolicy",
+                "Always" if container.get("image", "").endswith(":latest") else "IfNotPresent",
+            )
             container.setdefault("resources", {})
             resources = container["resources"]
             # Limits without requests request the limit.
@@ -325,7 +339,8 @@ def _qos_class(spec: dict[str, Any]) -> str:
     if not any(r.get("requests") or r.get("limits") for r in resources):
         return "BestEffort"
     guaranteed = all(
-        (r.get("limits") or {}).get(name) and (r.get("requests") or {}).get(name) == (r.get("limits") or {}).get(name)
+        (r.get("limits") or {}).get(name)
+        and (r.get("requests") or {}).get(name) == (r.get("limits") or {}).get(name)
         for r in resources
         for name in ("cpu", "memory")
     )

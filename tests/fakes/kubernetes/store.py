@@ -136,7 +136,9 @@ class Store:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def create(self, resource: Resource, namespace: str, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+    def create(
+        self, resource: Resource, namespace: str, obj: dict[str, Any], dry_run: bool = False
+    ) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
         obj["apiVersion"] = resource.group_version
         obj["kind"] = resource.kind
@@ -218,7 +220,12 @@ class Store:
             return copy.deepcopy(merged)
 
     def mutate(
-        self, resource: Resource, namespace: str, name: str, change: Callable[[dict[str, Any]], None], subresource: str = "internal"
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        change: Callable[[dict[str, Any]], None],
+        subresource: str = "internal",
     ) -> dict[str, Any] | None:
         """Apply `change` to the current object atomically (controllers and the kubelet use this).
 
@@ -346,7 +353,10 @@ class Store:
         found = self._objects.get(self._key(namespaces, "", namespace))
         if found is None:
             raise ApiError(
-                404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                {"name": namespace, "kind": "namespaces"},
             )
         if found["metadata"].get("deletionTimestamp"):
             raise ApiError(
@@ -397,7 +407,9 @@ class Store:
             self._objects.pop(key, None)
         else:
             self._objects[key] = obj
-        event = WatchEvent(self._version, resource.group, resource.plural, key[2], event_type, copy.deepcopy(obj))
+        event = WatchEvent(
+            self._version, resource.group, resource.plural, key[2], event_type, copy.deepcopy(obj)
+        )
         self._history.append(event)
         if len(self._history) > HISTORY_LIMIT:
             dropped = self._history[: len(self._history) - HISTORY_LIMIT]
@@ -407,11 +419,15 @@ class Store:
             listener(event)
         self._changed.notify_all()
 
-    def _needs_graceful_delete(self, resource: Resource, obj: dict[str, Any], grace_seconds: int | None) -> bool:
+    def _needs_graceful_delete(
+        self, resource: Resource, obj: dict[str, Any], grace_seconds: int | None
+    ) -> bool:
         """A Pod on a node is stopped by its kubelet before it goes; 0 means force-delete."""
         if resource.kind != "Pod" or grace_seconds == 0:
             return False
-        return bool((obj.get("spec") or {}).get("nodeName")) and (obj.get("status") or {}).get("phase") not in (
+        return bool((obj.get("spec") or {}).get("nodeName")) and (obj.get("status") or {}).get(
+            "phase"
+        ) not in (
             "Succeeded",
             "Failed",
         )

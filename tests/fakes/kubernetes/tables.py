@@ -19,7 +19,9 @@ def age(obj: dict[str, Any]) -> str:
     created = (obj.get("metadata") or {}).get("creationTimestamp")
     if not created:
         return "<unknown>"
-    seconds = int((datetime.now(UTC) - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
+    seconds = int(
+        (datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds()
+    )
     seconds = max(seconds, 0)
     if seconds < 120:
         return f"{seconds}s"
@@ -42,7 +44,11 @@ def pod_status_reason(pod: dict[str, Any]) -> str:
             return "Init:" + state["waiting"]["reason"]
         if not state.get("terminated"):
             total = len((pod.get("spec") or {}).get("initContainers") or [])
-            done = sum(1 for s in status.get("initContainerStatuses") or [] if (s.get("state") or {}).get("terminated"))
+            done = sum(
+                1
+                for s in status.get("initContainerStatuses") or []
+                if (s.get("state") or {}).get("terminated")
+            )
             return f"Init:{done}/{total}"
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
@@ -51,7 +57,9 @@ def pod_status_reason(pod: dict[str, Any]) -> str:
         elif state.get("terminated"):
             terminated = state["terminated"]
             reason = terminated.get("reason") or (
-                f"Signal:{terminated['signal']}" if terminated.get("signal") else f"ExitCode:{terminated.get('exitCode')}"
+                f"Signal:{terminated['signal']}"
+                if terminated.get("signal")
+                else f"ExitCode:{terminated.get('exitCode')}"
             )
     return reason
 
@@ -117,8 +125,14 @@ _COLUMNS: dict[str, list[Column]] = {
         ("Last Seen", "string", lambda e: e.get("lastTimestamp", "")),
         ("Type", "string", lambda e: e.get("type", "")),
         ("Reason", "string", lambda e: e.get("reason", "")),
-        ("Object", "string", lambda e: f"{(e.get('involvedObject') or {}).get('kind', '').lower()}/"
-         f"{(e.get('involvedObject') or {}).get('name', '')}"),
+        (
+            "Object",
+            "string",
+            lambda e: (
+                f"{(e.get('involvedObject') or {}).get('kind', '').lower()}/"
+                f"{(e.get('involvedObject') or {}).get('name', '')}"
+            ),
+        ),
         ("Message", "string", lambda e: e.get("message", "")),
     ],
 }

@@ -66,7 +66,13 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 # Waiting reasons after which a container will not start without someone changing something.
 FATAL_WAITING_REASONS = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
 )
 # seed 001 section 10: set in every task Pod through the downward API.
 DOWNWARD_ENV = {
@@ -200,7 +206,12 @@ def task_pod_manifest(
     }
     if settings.owner_pod_name and settings.owner_pod_uid:
         metadata["ownerReferences"] = [
-            {"apiVersion": "v1", "kind": "Pod", "name": settings.owner_pod_name, "uid": settings.owner_pod_uid}
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": settings.owner_pod_name,
+                "uid": settings.owner_pod_uid,
+            }
         ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
@@ -344,7 +355,9 @@ class PodWatch:
 class _LogFollower:
     """Follows one stream of the task container's log into whole, timestamped lines."""
 
-    def __init__(self, api_client: ApiClient, namespace: str, pod: str, stream: str, emit: Callable[[str, int], None]) -> None:
+    def __init__(
+        self, api_client: ApiClient, namespace: str, pod: str, stream: str, emit: Callable[[str, int], None]
+    ) -> None:
         from kubernetes import client
 
         self._core = client.CoreV1Api(api_client)
@@ -394,7 +407,13 @@ class _LogFollower:
 
 
 class KubernetesContainerHandle(EngineContainerHandle):
-    def __init__(self, runtime: KubernetesRuntime, config: ContainerConfig, name: str, on_cleanup: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        runtime: KubernetesRuntime,
+        config: ContainerConfig,
+        name: str,
+        on_cleanup: Callable[[str], None],
+    ) -> None:
         super().__init__(config, name, on_cleanup)
         from kubernetes import client
 
@@ -413,7 +432,10 @@ class KubernetesContainerHandle(EngineContainerHandle):
         for stream, source in (("Stdout", "stdout"), ("Stderr", "stderr")):
             self._followers.append(
                 _LogFollower(
-                    self._api_client, self._namespace, self.container_id, stream,
+                    self._api_client,
+                    self._namespace,
+                    self.container_id,
+                    stream,
                     lambda data, ts, source=source: self._append(source, data, ts),
                 )
             )
@@ -500,9 +522,13 @@ class KubernetesContainerHandle(EngineContainerHandle):
             state = _main_state(pod)
             waiting = state.get("waiting") or {}
             phase = ((pod or {}).get("status") or {}).get("phase")
-            return deleted or "running" in state or "terminated" in state or waiting.get("reason") in (
-                FATAL_WAITING_REASONS
-            ) or phase == "Failed"
+            return (
+                deleted
+                or "running" in state
+                or "terminated" in state
+                or waiting.get("reason") in (FATAL_WAITING_REASONS)
+                or phase == "Failed"
+            )
 
         watch.wait_for(started_or_stuck, None)
         pod, deleted = watch.pod, watch.deleted
@@ -515,7 +541,9 @@ class KubernetesContainerHandle(EngineContainerHandle):
         if waiting.get("reason"):
             raise ContainerError(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
         status = (pod or {}).get("status") or {}
-        raise ContainerError(f"Pod {name or self.container_id} failed: {status.get('reason', '')} {status.get('message', '')}".strip())
+        raise ContainerError(
+            f"Pod {name or self.container_id} failed: {status.get('reason', '')} {status.get('message', '')}".strip()
+        )
 
     def _exit_of(self, watch: PodWatch) -> EngineExit:
         terminated = _main_state(watch.pod).get("terminated")
@@ -533,7 +561,9 @@ class KubernetesContainerHandle(EngineContainerHandle):
             oom_killed=terminated.get("reason") == "OOMKilled",
             started_at_ms=stamp("startedAt"),
             finished_at_ms=stamp("finishedAt"),
-            message=terminated.get("message", "") if terminated.get("reason") not in ("Completed", "Error", "OOMKilled") else "",
+            message=terminated.get("message", "")
+            if terminated.get("reason") not in ("Completed", "Error", "OOMKilled")
+            else "",
         )
 
     def _delete_quietly(self, name: str) -> None:
@@ -605,4 +635,3 @@ class KubernetesRuntime:
     def _forget(self, name: str) -> None:
         with self._lock:
             self._live.discard(name)
-
