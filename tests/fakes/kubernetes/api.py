@@ -98,11 +98,17 @@ class Cluster:
         self.kubelet = kubelet
 
 
+class _ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients drop connections all the time (a watch they stopped, a killed kubectl).
+        logger.debug("connection from %s ended abruptly", client_address, exc_info=True)
+
+
 def make_server(cluster: Cluster, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     handler = type("BoundApiHandler", (ApiHandler,), {"cluster": cluster})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+    return _ApiServer((host, port), handler)
 
 
 def _strict_errors(resource: Resource, obj: dict[str, Any]) -> list[str]:
