@@ -109,7 +109,7 @@ def test_pod_runs_env_volumes_and_init_container_then_kubectl_logs_and_describe(
     assert sorted(logs.stdout.splitlines()) == ["full blue s3cret prepared blue", "to-stderr"]
     assert stdout_only.splitlines() == ["full blue s3cret prepared blue"]
     assert "Reason:       Completed" in describe.stdout
-    assert "Started container main" in describe.stdout
+    assert "Created container main" in describe.stdout and "Started container main" in describe.stdout
 
 
 def test_kubectl_exec_runs_in_the_container_with_stdin_and_exit_code(

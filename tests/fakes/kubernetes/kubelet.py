@@ -372,6 +372,8 @@ class PodWorker:
             host_config=api.create_host_config(**host_config),
         )
         record.docker_ids.append(container["Id"])
+        self._event("Normal", "Pulled", f'Container image "{spec["image"]}" already present on machine')
+        self._event("Normal", "Created", f"Created container {record.name}")
         try:
             api.start(container["Id"])
         except docker.errors.APIError as exc:
