@@ -233,10 +233,6 @@ def _explain(exc: BaseException) -> str:
     return str(getattr(exc, "reason", None) or exc)
 
 
-def _is_not_found(exc: BaseException) -> bool:
-    return getattr(exc, "status", None) == 404
-
-
 def _main_state(pod: dict[str, Any] | None) -> dict[str, Any]:
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
     status = next((s for s in statuses if s.get("name") == MAIN_CONTAINER), None)
@@ -264,9 +260,9 @@ class PodWatch:
         self._thread.start()
 
     def wait_for(self, done: Callable[[dict[str, Any] | None, bool], bool], timeout: float | None) -> bool:
-        """Block until `done(pod, deleted)` holds; False after `timeout` seconds."""
+        """Block until `done(pod, deleted)` holds or the watch was stopped; False after `timeout` seconds."""
         with self._changed:
-            return self._changed.wait_for(lambda: done(self.pod, self.deleted), timeout)
+            return self._changed.wait_for(lambda: self._stopped or done(self.pod, self.deleted), timeout)
 
     def stop(self) -> None:
         with self._changed:
