@@ -552,7 +552,9 @@ spec:
 
 def test_kubectl_apply_multi_document_manifest_creates_every_kind_in_order(cluster: FakeKubernetes) -> None:
     out = _ok(cluster.kubectl("apply", "-f", "-", input=CLUSTER_MANIFEST))
-    service = json.loads(_ok(cluster.kubectl("get", "service", "-n", "iris", "iris-controller-svc", "-o", "json")))
+    service = json.loads(
+        _ok(cluster.kubectl("get", "service", "-n", "iris", "iris-controller-svc", "-o", "json"))
+    )
     binding = json.loads(_ok(cluster.kubectl("get", "clusterrolebinding", "iris-controller", "-o", "json")))
     again = _ok(cluster.kubectl("apply", "-f", "-", input=CLUSTER_MANIFEST))
 
@@ -569,11 +571,16 @@ def test_kubectl_apply_multi_document_manifest_creates_every_kind_in_order(clust
     assert all(line.endswith("unchanged") for line in again.splitlines())
 
 
-def test_nodepool_scales_down_to_min_nodes_once_its_pods_are_gone(cluster: FakeKubernetes, api_client: Any) -> None:
+def test_nodepool_scales_down_to_min_nodes_once_its_pods_are_gone(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
     core = k8s.CoreV1Api(api_client)
     custom = k8s.CustomObjectsApi(api_client)
     custom.create_cluster_custom_object(
-        "compute.coreweave.com", "v1alpha1", "nodepools", _nodepool("burst", "cd-gp-i64-erapids", {"pool": "burst"})
+        "compute.coreweave.com",
+        "v1alpha1",
+        "nodepools",
+        _nodepool("burst", "cd-gp-i64-erapids", {"pool": "burst"}),
     )
     for name in ("one", "two"):
         core.create_namespaced_pod(

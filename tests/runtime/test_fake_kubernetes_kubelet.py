@@ -379,3 +379,27 @@ def test_port_forward_reaches_the_pod_from_kubectl_and_the_python_client(
 
     assert python_reply == b"echo:python"
     assert replies == [b"echo:first", b"echo:second"]
+
+
+def test_readiness_probe_holds_ready_until_the_port_answers(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine
+) -> None:
+    port = _free_port()
+    manifest = _pod(
+        "slow-start", docker_engine.base_image, f"echo started; sleep 2; exec python3 -m http.server {port}"
+    )
+    manifest["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/", "port": port},
+        "periodSeconds": 1,
+    }
+    _apply(kubernetes_cluster, namespace, manifest)
+    wait_until(lambda: _phase(core, namespace, "slow-start") == "Running", 60, 0.1, "running")
+    not_ready_yet = _main_state(core, namespace, "slow-start").ready
+
+    ready = kubernetes_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "pod/slow-start", "--timeout=60s"
+    )
+
+    assert not_ready_yet is False
+    assert ready.returncode == 0, ready.stderr
+    assert _main_state(core, namespace, "slow-start").ready is True

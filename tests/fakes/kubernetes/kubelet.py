@@ -7,6 +7,7 @@ ConfigMap or Secret is missing), check the image (ErrImagePull / ImagePullBackOf
 does not have it: no registry is reachable, so nothing is ever pulled), resolve env
 (CreateContainerConfigError for a missing Secret or key), run init containers in order, then the
 containers, restarting them by the Pod's restartPolicy with CrashLoopBackOff between attempts.
+Readiness probes (httpGet, tcpSocket, exec) decide the Ready condition; liveness probes are not run.
 Deleting a Pod stops its containers with the grace period (SIGTERM, then SIGKILL), records how they
 ended, and only then removes the object. All containers share the host network, so a Pod's ports
 are reachable on loopback as with `hostNetwork: true`.
@@ -21,6 +22,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,13 @@ class ContainerRecord:
     state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
     last_state: dict[str, Any] = field(default_factory=dict)
     restart_at: float | None = None
+    # Readiness: a container without a readinessProbe is ready while it runs.
+    probe_ready: bool = False
+    next_probe_at: float = 0.0
+
+    @property
+    def ready(self) -> bool:
+        return "running" in self.state and (self.probe_ready or not self.spec.get("readinessProbe"))
 
     @property
     def current_id(self) -> str | None:
@@ -70,7 +79,7 @@ class ContainerRecord:
             "image": self.spec.get("image", ""),
             "imageID": f"docker-pullable://{self.spec.get('image', '')}" if self.docker_ids else "",
             **({"containerID": f"docker://{self.current_id}"} if self.current_id else {}),
-            "ready": running,
+            "ready": self.ready,
             "started": running,
             "restartCount": self.restart_count,
             "state": self.state,
@@ -255,6 +264,7 @@ class PodWorker:
                     if not self._start_when_ready(record):
                         return
                     changed = True
+            changed = self._probe_readiness() or changed
             if changed:
                 self._publish()
             if self._phase() in ("Succeeded", "Failed"):
@@ -265,6 +275,44 @@ class PodWorker:
                 return
             if self.stopped.wait(self.kubelet.poll_seconds):
                 return
+
+    def _probe_readiness(self) -> bool:
+        """Run the readiness probes that are due; True if a container's readiness changed."""
+        changed = False
+        now = time.monotonic()
+        for record in self.records:
+            probe = record.spec.get("readinessProbe")
+            if not probe or "running" not in record.state or now < record.next_probe_at:
+                continue
+            record.next_probe_at = now + float(probe.get("periodSeconds", 10))
+            ready = self._probe_passes(record, probe)
+            if ready != record.probe_ready:
+                record.probe_ready = ready
+                changed = True
+                if not ready:
+                    self._event("Warning", "Unhealthy", f"Readiness probe failed for container {record.name}")
+        return changed
+
+    def _probe_passes(self, record: ContainerRecord, probe: dict[str, Any]) -> bool:
+        timeout = float(probe.get("timeoutSeconds", 1))
+        try:
+            if "httpGet" in probe:
+                action = probe["httpGet"]
+                url = f"http://127.0.0.1:{action['port']}{action.get('path', '/')}"
+                with urllib.request.urlopen(url, timeout=timeout) as response:
+                    return 200 <= response.status < 400
+            if "tcpSocket" in probe:
+                with socket.create_connection(
+                    ("127.0.0.1", int(probe["tcpSocket"]["port"])), timeout=timeout
+                ):
+                    return True
+            if "exec" in probe and record.current_id:
+                exec_id = self.kubelet.api.exec_create(record.current_id, probe["exec"]["command"])["Id"]
+                self.kubelet.api.exec_start(exec_id)
+                return self.kubelet.api.exec_inspect(exec_id).get("ExitCode") == 0
+        except (OSError, ValueError, docker.errors.APIError):
+            return False
+        return False
 
     def _schedule_restart(self, record: ContainerRecord) -> None:
         delay = min(
@@ -395,6 +443,9 @@ class PodWorker:
             _docker_time(api.inspect_container(container["Id"])["State"].get("StartedAt")) or now_rfc3339()
         )
         record.state = {"running": {"startedAt": started}}
+        record.probe_ready = False
+        probe = spec.get("readinessProbe") or {}
+        record.next_probe_at = time.monotonic() + float(probe.get("initialDelaySeconds", 0))
         self._event("Normal", "Started", f"Started container {record.name}")
 
     def _inspect_end(self, record: ContainerRecord) -> dict[str, Any] | None:
@@ -526,7 +577,7 @@ class PodWorker:
 
     def _publish(self, phase: str | None = None) -> None:
         phase = phase or self._phase()
-        all_running = all("running" in r.state for r in self.records)
+        all_ready = all(r.ready for r in self.records)
         initialized = all(
             "terminated" in r.state and r.state["terminated"]["exitCode"] == 0 for r in self.init_records
         )
@@ -554,8 +605,8 @@ class PodWorker:
             status.setdefault("startTime", now)
             status["conditions"] = [
                 condition("Initialized", initialized),
-                condition("Ready", all_running and phase == "Running"),
-                condition("ContainersReady", all_running and phase == "Running"),
+                condition("Ready", all_ready and phase == "Running"),
+                condition("ContainersReady", all_ready and phase == "Running"),
                 previous.get("PodScheduled") or condition("PodScheduled", True),
             ]
             if self.init_records:

@@ -19,9 +19,7 @@ def age(obj: dict[str, Any]) -> str:
     created = (obj.get("metadata") or {}).get("creationTimestamp")
     if not created:
         return "<unknown>"
-    seconds = int(
-        (datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds()
-    )
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds())
     seconds = max(seconds, 0)
     if seconds < 120:
         return f"{seconds}s"
