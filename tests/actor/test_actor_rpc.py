@@ -24,6 +24,7 @@ from iris.actor import (
 from iris.actor.resolver import parse_metadata_endpoints
 from iris.cli.actor import call_arguments
 from iris.client.client import IrisError
+from iris.time import wait_until
 
 
 class LockedError(Exception):
@@ -38,7 +39,7 @@ class Calculator:
     def __init__(self, label: str = "calc"):
         self.label = label
         self.calls = 0
-        self._running = 0
+        self.running = 0
         self.max_running = 0
 
     def add(self, a: int, b: int = 0) -> int:
@@ -60,10 +61,10 @@ class Calculator:
         raise LockedError("cannot travel whole")
 
     def slow(self, seconds: float) -> int:
-        self._running += 1
-        self.max_running = max(self.max_running, self._running)
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
         time.sleep(seconds)
-        self._running -= 1
+        self.running -= 1
         return self.max_running
 
 
@@ -162,6 +163,26 @@ def test_actor_server_overlaps_async_methods(calc_server: ActorServer) -> None:
     assert values == [2, 2, 2, 2]
     # Run one after the other they would need 2 s.
     assert elapsed < 1.5
+
+
+def test_actor_server_with_threads_answers_async_calls_while_plain_method_runs() -> None:
+    calculator = Calculator()
+    server = ActorServer(host="127.0.0.1", max_threads=1)
+    server.register("calc", calculator)
+    server.start()
+    try:
+        resolver = FixedResolver({"calc": server.url})
+        slow_client, quick_client = ActorClient(resolver, "calc"), ActorClient(resolver, "calc")
+        with ThreadPoolExecutor(1) as threads:
+            slow = threads.submit(slow_client.slow, 2.0)
+            wait_until(lambda: calculator.running == 1, 5, 0.01, "the slow method to start")
+            started = time.monotonic()
+            assert quick_client.double_later(4) == 8
+            assert time.monotonic() - started < 1.5
+            assert not slow.done()
+            assert slow.result() == 1
+    finally:
+        server.shutdown()
 
 
 def test_actor_server_two_actors_on_one_port_are_called_separately() -> None:

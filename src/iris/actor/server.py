@@ -4,10 +4,12 @@
     server.register("inference", Model())
     server.serve()                               # until SIGTERM; unregisters on the way out
 
-Arguments and results travel cloudpickled. Plain methods run one at a time on a worker thread
-(an actor's state needs no locks, and the event loop keeps answering health checks while a
-method runs); `async def` methods run on the event loop and may overlap. An exception raised by
-a method travels back with its type, message and remote traceback.
+Arguments and results travel cloudpickled. By default every method runs on the server's event
+loop, one plain method at a time in arrival order, so an actor's state needs no locks and a call
+costs no thread hand-off (as in Ray, where an actor with async methods runs everything on its
+loop). `async def` methods may overlap at their awaits. With `max_threads=N`, plain methods run
+on N worker threads instead, so a long one does not hold up async methods and health checks. An
+exception raised by a method travels back with its type, message and remote traceback.
 
 Inside an Iris task the server registers one controller endpoint per actor, `<job id>/<name>`,
 tagged with its task and attempt, and removes the endpoint an earlier attempt of the same task
@@ -91,7 +93,7 @@ def _is_async(method: Callable[..., Any]) -> bool:
 class ActorService:
     """The RPC side: Call, ListMethods and HealthCheck over the hosted actors."""
 
-    def __init__(self, actors: dict[str, HostedActor], executor: ThreadPoolExecutor):
+    def __init__(self, actors: dict[str, HostedActor], executor: ThreadPoolExecutor | None):
         self._actors = actors
         self._executor = executor
 
@@ -113,6 +115,8 @@ class ActorService:
             kwargs = cloudpickle.loads(request.serialized_kwargs) if request.serialized_kwargs else {}
             if _is_async(method):
                 value = await method(*args, **kwargs)
+            elif self._executor is None:
+                value = method(*args, **kwargs)
             else:
                 loop = asyncio.get_running_loop()
                 value = await loop.run_in_executor(self._executor, functools.partial(method, *args, **kwargs))
@@ -177,18 +181,23 @@ class ActorServer:
         port: int | str = 0,
         host: str = "0.0.0.0",
         advertise_host: str | None = None,
-        max_threads: int = 1,
+        max_threads: int = 0,
     ):
         """`port` is a number (0: any free port) or the name of one of the task's named ports.
 
-        `max_threads` bounds how many plain methods run at once; 1 keeps an actor single-threaded.
+        `max_threads`: 0 runs plain methods on the event loop (fastest, one at a time); N > 0
+        runs them on N threads (N = 1 keeps the actor single-threaded but the loop responsive).
         """
+        if max_threads < 0:
+            raise ValueError(f"max_threads must be 0 or more, got {max_threads}")
         self._ctx: IrisContext | None = iris_ctx() if "IRIS_JOB_ID" in os.environ else None
         self._port = self._port_number(port)
         self._host = host
         self._advertise_host = advertise_host
         self._actors: dict[str, HostedActor] = {}
-        self._executor = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="actor-method")
+        self._executor = (
+            ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="actor-method") if max_threads else None
+        )
         self._http: _ActorHttpServer | None = None
         self._controller: IrisClient | None = None
         self._endpoint_ids: dict[str, str] = {}
@@ -299,7 +308,8 @@ class ActorServer:
         if self._http is not None:
             self._http.stop()
             self._http = None
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> ActorServer:
         return self.start() if self._http is None else self
