@@ -57,7 +57,9 @@ MAX_MESSAGE_BYTES = 1 << 30
 class HostedActor:
     name: str
     instance: Any
+    # Public callables by name; the ones that must be awaited, found once rather than per call.
     methods: dict[str, Callable[..., Any]]
+    async_methods: frozenset[str]
 
     @classmethod
     def of(cls, name: str, instance: Any) -> HostedActor:
@@ -68,7 +70,7 @@ class HostedActor:
             value = getattr(instance, attr, None)
             if callable(value):
                 methods[attr] = value
-        return cls(name, instance, methods)
+        return cls(name, instance, methods, frozenset(n for n, m in methods.items() if _is_async(m)))
 
 
 def actor_error(exc: BaseException) -> apb.ActorError:
@@ -110,10 +112,12 @@ class ActorService:
             method = actor.methods.get(request.method_name)
             if method is None:
                 known = ", ".join(sorted(actor.methods)) or "none"
-                raise AttributeError(f"actor {actor.name!r} has no method {request.method_name!r} (methods: {known})")
+                raise AttributeError(
+                    f"actor {actor.name!r} has no method {request.method_name!r} (methods: {known})"
+                )
             args = cloudpickle.loads(request.serialized_args) if request.serialized_args else ()
             kwargs = cloudpickle.loads(request.serialized_kwargs) if request.serialized_kwargs else {}
-            if _is_async(method):
+            if request.method_name in actor.async_methods:
                 value = await method(*args, **kwargs)
             elif self._executor is None:
                 value = method(*args, **kwargs)
