@@ -13,7 +13,15 @@ import httpx
 import pytest
 from fake_metadata import FakeMetadataServer
 
-from iris.actor import ActorClient, ActorNotFoundError, ActorPool, ActorServer, GcsResolver, ResolverError
+from iris.actor import (
+    ActorClient,
+    ActorNotFoundError,
+    ActorPool,
+    ActorServer,
+    ActorUnavailableError,
+    GcsResolver,
+    ResolverError,
+)
 
 
 class Greeter:
@@ -89,3 +97,11 @@ def test_gcs_resolver_unreachable_metadata_server_raises_resolver_error(metadata
     metadata.stop()
     with pytest.raises(ResolverError, match=f"cannot read GCP metadata at http://{host}/computeMetadata/v1/instance"):
         GcsResolver(host, timeout=1).resolve("greeter")
+
+
+def test_actor_client_unreachable_resolver_source_says_lookup_failed(metadata: FakeMetadataServer) -> None:
+    host = metadata.host
+    metadata.stop()
+    client = ActorClient(GcsResolver(host, timeout=1), "greeter", resolve_timeout=0.2)
+    with pytest.raises(ActorUnavailableError, match=f"cannot look up actor 'greeter' in namespace .*: cannot read GCP metadata at http://{host}"):
+        client.hello("nobody")

@@ -13,6 +13,7 @@ note.
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -134,23 +135,16 @@ def build_call(name: str, method: str, args: Sequence[Any], kwargs: dict[str, An
     )
 
 
-class ActorClient:
-    def __init__(
-        self,
-        resolver: Resolver,
-        name: str,
-        resolve_timeout: float = DEFAULT_RESOLVE_TIMEOUT_S,
-        call_timeout: float | None = None,
-    ):
-        """`resolve_timeout` bounds how long one call waits for a reachable endpoint (to appear,
-        or to come back after a failure); `call_timeout` bounds each RPC (None: no limit, so a
-        long-running method is never cut off)."""
+class FailoverCaller(abc.ABC):
+    """Calls one actor name through a resolver, moving to another endpoint when one does not
+    answer. Subclasses choose which endpoint takes a call (`ActorClient`: one, kept while it
+    answers; `ActorPool`: each in turn)."""
+
+    def __init__(self, resolver: Resolver, name: str, resolve_timeout: float, call_timeout: float | None):
         self._resolver = resolver
         self._name = name
         self._resolve_timeout = resolve_timeout
         self._connections = EndpointConnections(call_timeout)
-        self._endpoint: ResolvedEndpoint | None = None
-        self._lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -162,68 +156,111 @@ class ActorClient:
         return lambda *args, **kwargs: self.call(method, *args, **kwargs)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._invoke(build_call(self._name, method, args, kwargs), call_endpoint)
+        request = build_call(self._name, method, args, kwargs)
+        return self._invoke(lambda endpoint: call_endpoint(self._connections, endpoint, request))
 
-    def list_methods(self) -> list[apb.MethodInfo]:
-        request = apb.ListMethodsRequest(actor_name=self._name)
-        return self._invoke(request, lambda conn, ep, req: list(conn.get(ep.url).list_methods(req).methods))
+    @abc.abstractmethod
+    def _endpoints(self, fresh: bool) -> list[ResolvedEndpoint]:
+        """The endpoints to choose from, resolved anew if `fresh`; may raise ResolverError."""
 
-    def _invoke(self, request: Any, attempt: Callable[[EndpointConnections, ResolvedEndpoint, Any], Any]) -> Any:
+    @abc.abstractmethod
+    def _pick(self, candidates: list[ResolvedEndpoint]) -> ResolvedEndpoint:
+        """The endpoint that takes the next call."""
+
+    @abc.abstractmethod
+    def _dropped(self, endpoint: ResolvedEndpoint) -> None:
+        """`endpoint` did not answer."""
+
+    def _invoke(self, attempt: Callable[[ResolvedEndpoint], Any]) -> Any:
         deadline = Deadline.from_now(self._resolve_timeout)
         backoff = ExponentialBackoff(0.02, 1.0)
         failed: set[str] = set()
         ever_resolved = False
-        last_problem = ""
+        fresh = False
+        lookup_problem = call_problem = ""
         while True:
-            endpoint = self._endpoint
-            if endpoint is None:
+            try:
+                endpoints = self._endpoints(fresh)
+            except ResolverError as exc:
+                endpoints, lookup_problem = [], str(exc)
+            ever_resolved = ever_resolved or bool(endpoints)
+            candidates = [e for e in endpoints if e.url not in failed]
+            if candidates:
+                endpoint = self._pick(candidates)
                 try:
-                    endpoints = self._resolver.resolve(self._name)
-                except ResolverError as exc:
-                    endpoints, last_problem = [], str(exc)
-                ever_resolved = ever_resolved or bool(endpoints)
-                endpoint = self._pin([e for e in endpoints if e.url not in failed])
-            if endpoint is not None:
-                try:
-                    return attempt(self._connections, endpoint, request)
+                    return attempt(endpoint)
                 except ConnectError as exc:
                     if exc.code not in RETRYABLE_CODES:
                         raise ActorError(
                             f"call to actor {self._name!r} at {endpoint.url} failed "
                             f"({exc.code.name.lower()}): {exc.message}"
                         ) from None
-                    last_problem = f"{endpoint.url}: {exc.message}"
+                    call_problem = f"{endpoint.url}: {exc.message}"
                     failed.add(endpoint.url)
                     self._connections.forget(endpoint.url)
-                    self._unpin(endpoint)
+                    self._dropped(endpoint)
                     # Resolve again at once: another endpoint may answer right away.
+                    fresh = True
                     continue
             if deadline.expired():
-                if not ever_resolved:
-                    raise ActorNotFoundError(not_found_message(self._resolver, self._name))
-                raise ActorUnavailableError(
-                    f"actor {self._name!r} in namespace {self._resolver.namespace!r} did not answer within "
-                    f"{self._resolve_timeout:g}s; last problem: {last_problem}"
-                )
+                self._raise_gave_up(ever_resolved, lookup_problem, call_problem)
             time.sleep(min(backoff.next_delay(), deadline.remaining_seconds()))
             # After the pause, endpoints that failed get another chance (a restarting server).
             failed.clear()
+            fresh = True
 
-    def _pin(self, candidates: list[ResolvedEndpoint]) -> ResolvedEndpoint | None:
-        with self._lock:
-            self._endpoint = candidates[0] if candidates else None
-            return self._endpoint
-
-    def _unpin(self, endpoint: ResolvedEndpoint) -> None:
-        with self._lock:
-            if self._endpoint == endpoint:
-                self._endpoint = None
+    def _raise_gave_up(self, ever_resolved: bool, lookup_problem: str, call_problem: str) -> None:
+        where = f"actor {self._name!r} in namespace {self._resolver.namespace!r}"
+        if ever_resolved:
+            raise ActorUnavailableError(
+                f"{where} did not answer within {self._resolve_timeout:g}s; last problem: {call_problem}"
+            )
+        if lookup_problem:
+            raise ActorUnavailableError(f"cannot look up {where}: {lookup_problem}")
+        raise ActorNotFoundError(not_found_message(self._resolver, self._name))
 
     def close(self) -> None:
         self._connections.close()
 
-    def __enter__(self) -> ActorClient:
+    def __enter__(self) -> FailoverCaller:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class ActorClient(FailoverCaller):
+    def __init__(
+        self,
+        resolver: Resolver,
+        name: str,
+        resolve_timeout: float = DEFAULT_RESOLVE_TIMEOUT_S,
+        call_timeout: float | None = None,
+    ):
+        """`resolve_timeout` bounds how long one call waits for a reachable endpoint (to appear,
+        or to come back after a failure); `call_timeout` bounds each RPC (None: no limit, so a
+        long-running method is never cut off)."""
+        super().__init__(resolver, name, resolve_timeout, call_timeout)
+        self._endpoint: ResolvedEndpoint | None = None
+        self._lock = threading.Lock()
+
+    def list_methods(self) -> list[apb.MethodInfo]:
+        request = apb.ListMethodsRequest(actor_name=self._name)
+        return self._invoke(lambda endpoint: list(self._connections.get(endpoint.url).list_methods(request).methods))
+
+    def _endpoints(self, fresh: bool) -> list[ResolvedEndpoint]:
+        pinned = self._endpoint
+        if pinned is not None and not fresh:
+            return [pinned]
+        return self._resolver.resolve(self._name)
+
+    def _pick(self, candidates: list[ResolvedEndpoint]) -> ResolvedEndpoint:
+        with self._lock:
+            if self._endpoint not in candidates:
+                self._endpoint = candidates[0]
+            return self._endpoint
+
+    def _dropped(self, endpoint: ResolvedEndpoint) -> None:
+        with self._lock:
+            if self._endpoint == endpoint:
+                self._endpoint = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,17 +22,14 @@ from connectrpc.errors import ConnectError
 
 from iris.actor.client import (
     DEFAULT_RESOLVE_TIMEOUT_S,
-    RETRYABLE_CODES,
-    ActorError,
     ActorNotFoundError,
     ActorUnavailableError,
-    EndpointConnections,
+    FailoverCaller,
     build_call,
     call_endpoint,
     not_found_message,
 )
-from iris.actor.resolver import ResolvedEndpoint, Resolver, ResolverError
-from iris.time import Deadline, ExponentialBackoff
+from iris.actor.resolver import ResolvedEndpoint, Resolver
 
 DEFAULT_REFRESH_INTERVAL_S = 1.0
 MAX_BROADCAST_THREADS = 32
@@ -50,7 +46,7 @@ class BroadcastResult:
         return self.error is None
 
 
-class ActorPool:
+class ActorPool(FailoverCaller):
     def __init__(
         self,
         resolver: Resolver,
@@ -59,20 +55,16 @@ class ActorPool:
         call_timeout: float | None = None,
         refresh_interval: float = DEFAULT_REFRESH_INTERVAL_S,
     ):
-        self._resolver = resolver
-        self._name = name
-        self._resolve_timeout = resolve_timeout
+        super().__init__(resolver, name, resolve_timeout, call_timeout)
         self._refresh_interval = refresh_interval
-        self._connections = EndpointConnections(call_timeout)
         self._lock = threading.Lock()
-        self._endpoints: list[ResolvedEndpoint] = []
+        self._endpoints_cache: list[ResolvedEndpoint] = []
         self._resolved_at = float("-inf")
+        # Endpoints that just refused a call sit out round-robin for one refresh interval, so a
+        # dead replica whose job still lists it does not cost every few calls a failed attempt.
+        self._benched_until: dict[str, float] = {}
         self._turn = itertools.count()
         self._broadcast_threads: ThreadPoolExecutor | None = None
-
-    @property
-    def name(self) -> str:
-        return self._name
 
     def endpoints(self, refresh: bool = False) -> list[ResolvedEndpoint]:
         """The endpoints as last resolved (at most `refresh_interval` old), or freshly if asked."""
@@ -81,57 +73,24 @@ class ActorPool:
         if stale:
             endpoints = self._resolver.resolve(self._name)
             with self._lock:
-                self._endpoints, self._resolved_at = endpoints, time.monotonic()
+                self._endpoints_cache, self._resolved_at = endpoints, time.monotonic()
         with self._lock:
-            return list(self._endpoints)
+            return list(self._endpoints_cache)
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+    def _endpoints(self, fresh: bool) -> list[ResolvedEndpoint]:
+        endpoints = self.endpoints(refresh=fresh)
+        now = time.monotonic()
+        with self._lock:
+            self._benched_until = {url: until for url, until in self._benched_until.items() if until > now}
+            benched = set(self._benched_until)
+        return [e for e in endpoints if e.url not in benched]
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call `method` on the next endpoint in turn; an endpoint that does not answer is skipped
-        (and the name re-resolved) until `resolve_timeout` runs out."""
-        request = build_call(self._name, method, args, kwargs)
-        deadline = Deadline.from_now(self._resolve_timeout)
-        backoff = ExponentialBackoff(0.02, 1.0)
-        failed: set[str] = set()
-        ever_resolved = False
-        last_problem = ""
-        refresh = False
-        while True:
-            try:
-                endpoints = self.endpoints(refresh)
-            except ResolverError as exc:
-                endpoints, last_problem = [], str(exc)
-            ever_resolved = ever_resolved or bool(endpoints)
-            candidates = [e for e in endpoints if e.url not in failed]
-            if candidates:
-                endpoint = candidates[next(self._turn) % len(candidates)]
-                try:
-                    return call_endpoint(self._connections, endpoint, request)
-                except ConnectError as exc:
-                    if exc.code not in RETRYABLE_CODES:
-                        raise ActorError(
-                            f"call to actor {self._name!r} at {endpoint.url} failed "
-                            f"({exc.code.name.lower()}): {exc.message}"
-                        ) from None
-                    last_problem = f"{endpoint.url}: {exc.message}"
-                    failed.add(endpoint.url)
-                    self._connections.forget(endpoint.url)
-                    refresh = True
-                    continue
-            if deadline.expired():
-                if not ever_resolved:
-                    raise ActorNotFoundError(not_found_message(self._resolver, self._name))
-                raise ActorUnavailableError(
-                    f"no endpoint of actor {self._name!r} in namespace {self._resolver.namespace!r} answered "
-                    f"within {self._resolve_timeout:g}s; last problem: {last_problem}"
-                )
-            time.sleep(min(backoff.next_delay(), deadline.remaining_seconds()))
-            failed.clear()
-            refresh = True
+    def _pick(self, candidates: list[ResolvedEndpoint]) -> ResolvedEndpoint:
+        return candidates[next(self._turn) % len(candidates)]
+
+    def _dropped(self, endpoint: ResolvedEndpoint) -> None:
+        with self._lock:
+            self._benched_until[endpoint.url] = time.monotonic() + self._refresh_interval
 
     def broadcast(self, method: str, *args: Any, **kwargs: Any) -> list[BroadcastResult]:
         """Call `method` on every endpoint at once (freshly resolved); one result per endpoint,
@@ -151,8 +110,8 @@ class ActorPool:
             except Exception as exc:
                 return BroadcastResult(endpoint, error=exc)
 
-        if len(endpoints) <= 1:
-            return [one(e) for e in endpoints]
+        if len(endpoints) == 1:
+            return [one(endpoints[0])]
         with self._lock:
             if self._broadcast_threads is None:
                 self._broadcast_threads = ThreadPoolExecutor(MAX_BROADCAST_THREADS, thread_name_prefix="actor-broadcast")
@@ -160,12 +119,6 @@ class ActorPool:
         return list(threads.map(one, endpoints))
 
     def close(self) -> None:
-        self._connections.close()
+        super().close()
         if self._broadcast_threads is not None:
             self._broadcast_threads.shutdown(wait=False)
-
-    def __enter__(self) -> ActorPool:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
