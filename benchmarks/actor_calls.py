@@ -41,7 +41,9 @@ class Sizes:
 
 
 def sizes(quick: bool) -> Sizes:
-    return Sizes(rounds=3, calls=500, broadcasts=100) if quick else Sizes(rounds=5, calls=2000, broadcasts=300)
+    return (
+        Sizes(rounds=3, calls=500, broadcasts=100) if quick else Sizes(rounds=5, calls=2000, broadcasts=300)
+    )
 
 
 class Echo:
@@ -133,6 +135,7 @@ class RaySide:
 
         apply_ray_env()
         ray.init(num_cpus=POOL_SIZE + 1, include_dashboard=False, _temp_dir=temp_dir, log_to_driver=False)
+
         # A class of this function's own travels to Ray's workers by value, like a user's would.
         class RayEcho(Echo):
             pass
@@ -209,7 +212,10 @@ def rows(quick: bool, with_ray: bool) -> list[Row]:
             iris_samples.sync_rate,
             ray.sync_rate or None,
             ray_note,
-            [Target(">= Ray", "ratio_min", 1.0), Target(f">= {SYNC_RATE_FLOOR:,.0f}/s", "min", SYNC_RATE_FLOOR)],
+            [
+                Target(">= Ray", "ratio_min", 1.0),
+                Target(f">= {SYNC_RATE_FLOOR:,.0f}/s", "min", SYNC_RATE_FLOOR),
+            ],
             higher_is_better=True,
             note=f"{size.rounds} rounds of {size.calls} calls each side, alternating",
         ),
@@ -257,7 +263,9 @@ def main() -> None:
             if values:
                 low_is_bad = row.higher_is_better
                 tail = percentile(values, 1 if low_is_bad else 99)
-                print(f"{row.label} [{side}]: median {statistics.median(values):,.2f} {row.unit}, p99 {tail:,.2f}")
+                print(
+                    f"{row.label} [{side}]: median {statistics.median(values):,.2f} {row.unit}, p99 {tail:,.2f}"
+                )
 
 
 if __name__ == "__main__":

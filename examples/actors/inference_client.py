@@ -1,7 +1,7 @@
 """Start the `inference` actor job, call it from here and from a second job, then stop it.
 
-    python examples/actors/inference_client.py --local
-    python examples/actors/inference_client.py --controller-url http://localhost:10000
+python examples/actors/inference_client.py --local
+python examples/actors/inference_client.py --controller-url http://localhost:10000
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def ask_from_a_job(namespace: str, text: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--local", action="store_true", help="start a throwaway cluster on this machine")
     where.add_argument("--controller-url")

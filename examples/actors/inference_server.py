@@ -36,7 +36,12 @@ class InferenceModel:
 
     def whoami(self) -> dict:
         ctx = iris_ctx()
-        return {"task_id": ctx.task_id, "attempt_id": ctx.attempt_id, "worker_id": ctx.worker_id, "pid": os.getpid()}
+        return {
+            "task_id": ctx.task_id,
+            "attempt_id": ctx.attempt_id,
+            "worker_id": ctx.worker_id,
+            "pid": os.getpid(),
+        }
 
     def stats(self) -> dict:
         return {"requests": self.requests}

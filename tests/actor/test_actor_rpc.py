@@ -134,9 +134,9 @@ def test_actor_client_unknown_method_raises_attribute_error_listing_methods(calc
 
 def test_actor_client_unknown_actor_raises_not_found_naming_known_actors(calc_server: ActorServer) -> None:
     resolver = FixedResolver({"calc": calc_server.url, "store": calc_server.url}, namespace="default")
-    with ActorClient(resolver, "inference", resolve_timeout=0.2) as client:
-        with pytest.raises(ActorNotFoundError) as raised:
-            client.predict({"text": "hello"})
+    client = ActorClient(resolver, "inference", resolve_timeout=0.2)
+    with pytest.raises(ActorNotFoundError) as raised:
+        client.predict({"text": "hello"})
     assert str(raised.value) == "no actor 'inference' in namespace 'default'; known: calc, store"
 
 
@@ -198,7 +198,9 @@ def test_actor_server_two_actors_on_one_port_are_called_separately() -> None:
         server.shutdown()
 
 
-def test_actor_server_named_port_outside_task_raises_actionable_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_actor_server_named_port_outside_task_raises_actionable_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("IRIS_JOB_ID", raising=False)
     with pytest.raises(IrisError, match="named port 'actor' needs an Iris task"):
         ActorServer(port="actor")
@@ -207,7 +209,9 @@ def test_actor_server_named_port_outside_task_raises_actionable_error(monkeypatc
 def test_actor_server_named_port_missing_in_task_says_how_to_submit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IRIS_JOB_ID", "/serve")
     monkeypatch.setenv("IRIS_PORT_HTTP", "8080")
-    with pytest.raises(IrisError, match=r"no named port 'actor' \(it has: http\); submit the job with ports=\['actor'\]"):
+    with pytest.raises(
+        IrisError, match=r"no named port 'actor' \(it has: http\); submit the job with ports=\['actor'\]"
+    ):
         ActorServer(port="actor")
 
 
@@ -243,9 +247,11 @@ def test_actor_client_dead_endpoint_past_deadline_raises_unavailable() -> None:
     server = serve("calc", Calculator())
     url = server.url
     server.shutdown()
-    with ActorClient(FixedResolver({"calc": url}), "calc", resolve_timeout=0.3) as client:
-        with pytest.raises(ActorUnavailableError, match=r"actor 'calc' in namespace 'fixed' did not answer within 0.3s"):
-            client.who()
+    client = ActorClient(FixedResolver({"calc": url}), "calc", resolve_timeout=0.3)
+    with pytest.raises(
+        ActorUnavailableError, match=r"actor 'calc' in namespace 'fixed' did not answer within 0.3s"
+    ):
+        client.who()
 
 
 # ---------------------------------------------------------------- pools
@@ -277,7 +283,9 @@ def test_actor_pool_broadcast_reports_stopped_replica_as_one_error(three_replica
     assert three_replicas[1].url in str(results[1].error)
 
 
-def test_actor_pool_broadcast_returns_method_exceptions_per_endpoint(three_replicas: list[ActorServer]) -> None:
+def test_actor_pool_broadcast_returns_method_exceptions_per_endpoint(
+    three_replicas: list[ActorServer],
+) -> None:
     resolver = FixedResolver({"calc": [s.url for s in three_replicas]})
     with ActorPool(resolver, "calc") as pool:
         results = pool.broadcast("divide", 1, 0)
@@ -304,9 +312,9 @@ def test_actor_pool_skips_dead_replica_without_caller_noticing(three_replicas: l
 
 
 def test_actor_pool_without_endpoints_raises_not_found() -> None:
-    with ActorPool(FixedResolver({}), "calc", resolve_timeout=0.1) as pool:
-        with pytest.raises(ActorNotFoundError, match="no actor 'calc' in namespace 'fixed'; known: none"):
-            pool.broadcast("who")
+    pool = ActorPool(FixedResolver({}), "calc", resolve_timeout=0.1)
+    with pytest.raises(ActorNotFoundError, match="no actor 'calc' in namespace 'fixed'; known: none"):
+        pool.broadcast("who")
 
 
 # ---------------------------------------------------------------- pure helpers

@@ -74,7 +74,10 @@ def test_gcs_resolver_merges_instance_and_project_attributes_for_a_pool(
     resolver = GcsResolver(metadata.host)
     assert [e.url for e in resolver.resolve("greeter")] == [greeters[0].url, greeters[1].url]
     with ActorPool(resolver, "greeter") as pool:
-        assert sorted(r.value for r in pool.broadcast("hello", "all")) == ["vm-a greets all", "vm-b greets all"]
+        assert sorted(r.value for r in pool.broadcast("hello", "all")) == [
+            "vm-a greets all",
+            "vm-b greets all",
+        ]
 
 
 def test_gcs_resolver_reads_metadata_host_from_environment(
@@ -88,14 +91,18 @@ def test_gcs_resolver_reads_metadata_host_from_environment(
 def test_gcs_resolver_missing_actor_names_the_published_ones(metadata: FakeMetadataServer) -> None:
     metadata.attributes["project"] = {"iris_actor_store": "http://10.1.2.3:9000"}
     resolver = GcsResolver(metadata.host)
-    with pytest.raises(ActorNotFoundError, match=r"no actor 'greeter' in namespace 'gcp metadata at .*'; known: store"):
+    with pytest.raises(
+        ActorNotFoundError, match=r"no actor 'greeter' in namespace 'gcp metadata at .*'; known: store"
+    ):
         ActorClient(resolver, "greeter", resolve_timeout=0.1).hello("nobody")
 
 
 def test_gcs_resolver_unreachable_metadata_server_raises_resolver_error(metadata: FakeMetadataServer) -> None:
     host = metadata.host
     metadata.stop()
-    with pytest.raises(ResolverError, match=f"cannot read GCP metadata at http://{host}/computeMetadata/v1/instance"):
+    with pytest.raises(
+        ResolverError, match=f"cannot read GCP metadata at http://{host}/computeMetadata/v1/instance"
+    ):
         GcsResolver(host, timeout=1).resolve("greeter")
 
 
@@ -103,5 +110,8 @@ def test_actor_client_unreachable_resolver_source_says_lookup_failed(metadata: F
     host = metadata.host
     metadata.stop()
     client = ActorClient(GcsResolver(host, timeout=1), "greeter", resolve_timeout=0.2)
-    with pytest.raises(ActorUnavailableError, match=f"cannot look up actor 'greeter' in namespace .*: cannot read GCP metadata at http://{host}"):
+    with pytest.raises(
+        ActorUnavailableError,
+        match=f"cannot look up actor 'greeter' in namespace .*: cannot read GCP metadata at http://{host}",
+    ):
         client.hello("nobody")

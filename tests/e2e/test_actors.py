@@ -77,7 +77,12 @@ def host_actor_and_run_child() -> int:
 def iris_cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IRIS_")}
     return subprocess.run(
-        [sys.executable, "-m", "iris.cli.main", *args], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "iris.cli.main", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
@@ -97,7 +102,9 @@ def test_actor_job_called_from_outside_another_job_and_cli(process_cluster) -> N
         assert "inference_server.py" in "\n".join(raised.value.__notes__)
 
         caller = client.submit(
-            Entrypoint.from_callable(predict_from_job, "/serve", "from another job"), name="caller", resources=SMALL
+            Entrypoint.from_callable(predict_from_job, "/serve", "from another job"),
+            name="caller",
+            resources=SMALL,
         )
         assert caller.result(timeout=CALL_TIMEOUT_S) == {"words": 3, "served_by": "/serve/0"}
         assert actor.stats() == {"requests": 2}
@@ -105,20 +112,32 @@ def test_actor_job_called_from_outside_another_job_and_cli(process_cluster) -> N
         listed = iris_cli("actor", "list", "--controller-url", url, "--json")
         assert listed.returncode == 0, listed.stderr
         [row] = json.loads(listed.stdout)
-        assert (row["name"], row["namespace"], row["job_id"], row["task_id"]) == ("inference", "/serve", "/serve", "/serve/0")
+        assert (row["name"], row["namespace"], row["job_id"], row["task_id"]) == (
+            "inference",
+            "/serve",
+            "/serve",
+            "/serve/0",
+        )
 
-        called = iris_cli("actor", "call", "inference", "predict", "--json", '[{"text": "x y"}]', "--controller-url", url)
+        called = iris_cli(
+            "actor", "call", "inference", "predict", "--json", '[{"text": "x y"}]', "--controller-url", url
+        )
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout) == {"words": 2, "served_by": "/serve/0"}
 
         missing = iris_cli("actor", "call", "nope", "stats", "--timeout", "0.5", "--controller-url", url)
         assert missing.returncode == 1
-        assert missing.stderr.splitlines()[0] == "error: no actor 'nope' in namespace '(every job)'; known: inference"
+        assert (
+            missing.stderr.splitlines()[0]
+            == "error: no actor 'nope' in namespace '(every job)'; known: inference"
+        )
 
         raising = iris_cli("actor", "call", "inference", "predict", "--json", "{}", "--controller-url", url)
         assert raising.returncode == 1
-        assert raising.stderr.splitlines()[0] == "Error: actor 'inference': predict raised TypeError: " \
+        assert (
+            raising.stderr.splitlines()[0] == "Error: actor 'inference': predict raised TypeError: "
             "InferenceModel.predict() missing 1 required positional argument: 'request'"
+        )
 
         job.terminate()
         job.wait(timeout=CALL_TIMEOUT_S, raise_on_failure=False)
@@ -132,7 +151,10 @@ def test_actor_child_job_finds_parent_actor_through_iris_ctx(process_cluster) ->
     process_cluster.start_worker("w0")
     with IrisClient.remote(process_cluster.url) as client:
         job = client.submit(
-            Entrypoint.from_callable(host_actor_and_run_child), name="parent", ports=["actor"], resources=SMALL
+            Entrypoint.from_callable(host_actor_and_run_child),
+            name="parent",
+            ports=["actor"],
+            resources=SMALL,
         )
         assert job.result(timeout=CALL_TIMEOUT_S) == 3
 
@@ -170,7 +192,9 @@ def test_actor_pool_three_replicas_round_robin_broadcast_and_killed_replica(proc
         # One replica may die without failing the job, so its endpoint stays listed.
         submit_inference(client, "pool", replicas=3, max_task_failures=1)
         pool = ActorPool(ClusterResolver(url, namespace="pool"), "inference", resolve_timeout=CALL_TIMEOUT_S)
-        wait_until(lambda: len(pool.endpoints(refresh=True)) == 3, CALL_TIMEOUT_S, 0.1, "three replicas to register")
+        wait_until(
+            lambda: len(pool.endpoints(refresh=True)) == 3, CALL_TIMEOUT_S, 0.1, "three replicas to register"
+        )
 
         served = Counter(pool.predict({"text": "spread me"})["served_by"] for _ in range(30))
         assert served == {"/pool/0": 10, "/pool/1": 10, "/pool/2": 10}

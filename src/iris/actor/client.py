@@ -17,7 +17,7 @@ import abc
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 import cloudpickle
 from connectrpc.code import Code
@@ -222,7 +222,7 @@ class FailoverCaller(abc.ABC):
     def close(self) -> None:
         self._connections.close()
 
-    def __enter__(self) -> FailoverCaller:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -246,7 +246,9 @@ class ActorClient(FailoverCaller):
 
     def list_methods(self) -> list[apb.MethodInfo]:
         request = apb.ListMethodsRequest(actor_name=self._name)
-        return self._invoke(lambda endpoint: list(self._connections.get(endpoint.url).list_methods(request).methods))
+        return self._invoke(
+            lambda endpoint: list(self._connections.get(endpoint.url).list_methods(request).methods)
+        )
 
     def _endpoints(self, fresh: bool) -> list[ResolvedEndpoint]:
         pinned = self._endpoint

@@ -114,7 +114,9 @@ class ActorPool(FailoverCaller):
             return [one(endpoints[0])]
         with self._lock:
             if self._broadcast_threads is None:
-                self._broadcast_threads = ThreadPoolExecutor(MAX_BROADCAST_THREADS, thread_name_prefix="actor-broadcast")
+                self._broadcast_threads = ThreadPoolExecutor(
+                    MAX_BROADCAST_THREADS, thread_name_prefix="actor-broadcast"
+                )
             threads = self._broadcast_threads
         return list(threads.map(one, endpoints))
 

@@ -126,14 +126,19 @@ class GcsResolver:
         url = f"{self._base}/{scope}/attributes/"
         try:
             response = httpx.get(
-                url, params={"recursive": "true"}, headers={"Metadata-Flavor": "Google"}, timeout=self._timeout
+                url,
+                params={"recursive": "true"},
+                headers={"Metadata-Flavor": "Google"},
+                timeout=self._timeout,
             )
         except httpx.HTTPError as exc:
             raise ResolverError(f"cannot read GCP metadata at {url}: {exc}") from None
         if response.status_code == 404:
             return {}
         if response.status_code != 200:
-            raise ResolverError(f"GCP metadata at {url} answered {response.status_code}: {response.text[:200]}")
+            raise ResolverError(
+                f"GCP metadata at {url} answered {response.status_code}: {response.text[:200]}"
+            )
         try:
             attributes = json.loads(response.text)
         except json.JSONDecodeError:
@@ -149,7 +154,9 @@ class GcsResolver:
         return merged
 
     def resolve(self, name: str) -> list[ResolvedEndpoint]:
-        return [ResolvedEndpoint(url=url, actor_id=f"{name}@{url}") for url in self._endpoints().get(name, [])]
+        return [
+            ResolvedEndpoint(url=url, actor_id=f"{name}@{url}") for url in self._endpoints().get(name, [])
+        ]
 
     def known_names(self) -> list[str]:
         return sorted(self._endpoints())

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import cloudpickle
@@ -40,12 +40,12 @@ import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.client.client import IrisClient, IrisContext, IrisError, iris_ctx
 from iris.actor.resolver import ACTOR_ATTEMPT_KEY, ACTOR_MARKER_KEY, ACTOR_TASK_KEY, actor_name_of
+from iris.client.client import IrisClient, IrisContext, IrisError, iris_ctx
 from iris.cluster.http_server import HttpServer, bind_socket
 from iris.rpc import actor_pb2 as apb
-from iris.rpc.actor_connect import ActorServiceASGIApplication
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc.actor_connect import ActorServiceASGIApplication
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,12 @@ class HostedActor:
             value = getattr(instance, attr, None)
             if callable(value):
                 methods[attr] = value
-        return cls(name, instance, methods, frozenset(n for n, m in methods.items() if _is_async(m)))
+        return cls(
+            name,
+            instance,
+            methods,
+            frozenset(n for n, m in methods.items() if inspect.iscoroutinefunction(m)),
+        )
 
 
 def actor_error(exc: BaseException) -> apb.ActorError:
@@ -86,10 +91,6 @@ def actor_error(exc: BaseException) -> apb.ActorError:
         # Some exceptions hold sockets or locks; the type, message and traceback still travel.
         pass
     return error
-
-
-def _is_async(method: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(method) or inspect.iscoroutinefunction(getattr(method, "__call__", None))
 
 
 class ActorService:
@@ -136,7 +137,9 @@ class ActorService:
                 signature = str(inspect.signature(method))
             except (TypeError, ValueError):
                 signature = "(...)"
-            methods.append(apb.MethodInfo(name=name, signature=signature, docstring=inspect.getdoc(method) or ""))
+            methods.append(
+                apb.MethodInfo(name=name, signature=signature, docstring=inspect.getdoc(method) or "")
+            )
         return apb.ListMethodsResponse(methods=methods)
 
     async def health_check(self, request: apb.ActorHealthRequest, ctx: Any) -> apb.ActorHealthResponse:
@@ -200,7 +203,9 @@ class ActorServer:
         self._advertise_host = advertise_host
         self._actors: dict[str, HostedActor] = {}
         self._executor = (
-            ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="actor-method") if max_threads else None
+            ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="actor-method")
+            if max_threads
+            else None
         )
         self._http: _ActorHttpServer | None = None
         self._controller: IrisClient | None = None
@@ -241,7 +246,9 @@ class ActorServer:
         """Serve in a background thread and publish every registered actor; returns self."""
         sock = bind_socket(self._host, self._port)
         service = ActorService(self._actors, self._executor)
-        self._http = _ActorHttpServer(ActorServiceASGIApplication(service, read_max_bytes=MAX_MESSAGE_BYTES), sock)
+        self._http = _ActorHttpServer(
+            ActorServiceASGIApplication(service, read_max_bytes=MAX_MESSAGE_BYTES), sock
+        )
         self._http.start_in_thread()
         self.url = f"http://{self._advertised_host()}:{self._http.port}"
         if self._ctx is not None and self._ctx.controller_address:
@@ -267,7 +274,11 @@ class ActorServer:
             return
         ctx = self._ctx
         self._drop_stale_endpoints(name, ctx)
-        metadata = {ACTOR_MARKER_KEY: "1", ACTOR_TASK_KEY: ctx.task_id, ACTOR_ATTEMPT_KEY: str(ctx.attempt_id)}
+        metadata = {
+            ACTOR_MARKER_KEY: "1",
+            ACTOR_TASK_KEY: ctx.task_id,
+            ACTOR_ATTEMPT_KEY: str(ctx.attempt_id),
+        }
         self._endpoint_ids[name] = self._controller.register_endpoint(ctx.job_id, name, self.url, metadata)
 
     def _drop_stale_endpoints(self, name: str, ctx: IrisContext) -> None:
@@ -315,7 +326,7 @@ class ActorServer:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def __enter__(self) -> ActorServer:
+    def __enter__(self) -> Self:
         return self.start() if self._http is None else self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -9,10 +9,10 @@ import click
 from rich.table import Table
 
 from iris.actor.client import ActorClient, ActorError
+from iris.actor.resolver import ACTOR_ATTEMPT_KEY, ACTOR_TASK_KEY
 from iris.cli.connect import connection_options
 from iris.cli.render import console
 from iris.client.client import IrisClient
-from iris.actor.resolver import ACTOR_ATTEMPT_KEY, ACTOR_TASK_KEY
 from iris.client.resolver import ClusterResolver, namespace_of
 
 CLI_RESOLVE_TIMEOUT_S = 5.0
@@ -26,7 +26,9 @@ def call_arguments(text: str | None) -> tuple[list[Any], dict[str, Any]]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON ({exc.msg} at column {exc.colno}): {text}", param_hint="--json")
+        raise click.BadParameter(
+            f"not valid JSON ({exc.msg} at column {exc.colno}): {text}", param_hint="--json"
+        )
     if isinstance(value, list):
         return value, {}
     if isinstance(value, dict):
@@ -73,7 +75,9 @@ def list_actors(client: IrisClient, namespace: str | None, as_json: bool) -> Non
     for column in ("NAME", "NAMESPACE", "JOB", "ADDRESS", "TASK", "ATTEMPT"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["name"], row["namespace"], row["job_id"], row["address"], row["task_id"], row["attempt_id"])
+        table.add_row(
+            row["name"], row["namespace"], row["job_id"], row["address"], row["task_id"], row["attempt_id"]
+        )
     console.print(table)
 
 
@@ -81,10 +85,17 @@ def list_actors(client: IrisClient, namespace: str | None, as_json: bool) -> Non
 @connection_options
 @click.argument("name")
 @click.argument("method")
-@click.option("--json", "json_args", metavar="ARGS", help='Arguments as JSON: [1, 2] positional, {"x": 1} keywords.')
+@click.option(
+    "--json", "json_args", metavar="ARGS", help='Arguments as JSON: [1, 2] positional, {"x": 1} keywords.'
+)
 @click.option("--namespace", help="Root job the actor belongs to (default: every job).")
-@click.option("--timeout", type=float, default=CLI_RESOLVE_TIMEOUT_S, show_default=True,
-              help="Seconds to wait for a reachable endpoint.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=CLI_RESOLVE_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for a reachable endpoint.",
+)
 def call_actor(
     client: IrisClient, name: str, method: str, json_args: str | None, namespace: str | None, timeout: float
 ) -> None:
@@ -99,7 +110,9 @@ def call_actor(
                 raise
             except Exception as exc:
                 # The method itself raised: say so in one line (the remote traceback is a note).
-                raise click.ClickException(f"actor {name!r}: {method} raised {type(exc).__name__}: {exc}") from None
+                raise click.ClickException(
+                    f"actor {name!r}: {method} raised {type(exc).__name__}: {exc}"
+                ) from None
     finally:
         resolver.close()
     click.echo(json.dumps(value, default=repr))
