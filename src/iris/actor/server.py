@@ -244,6 +244,8 @@ class ActorServer:
 
     def start(self) -> ActorServer:
         """Serve in a background thread and publish every registered actor; returns self."""
+        if self._http is not None:
+            raise RuntimeError(f"this actor server is already serving at {self.url}")
         sock = bind_socket(self._host, self._port)
         service = ActorService(self._actors, self._executor)
         self._http = _ActorHttpServer(
