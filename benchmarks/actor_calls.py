@@ -28,7 +28,7 @@ from benchmarks.ray_local import apply_ray_env, ray_installed
 
 PAYLOAD = b"x" * 100
 POOL_SIZE = 3
-SERVER_START_TIMEOUT_S = 60.0
+RAY_START_ATTEMPTS = 3
 # The brief's absolute floor for 1:1 sync calls (Ray's published microbenchmark rate).
 SYNC_RATE_FLOOR = 2000.0
 
@@ -134,7 +134,17 @@ class RaySide:
         import ray
 
         apply_ray_env()
-        ray.init(num_cpus=POOL_SIZE + 1, include_dashboard=False, _temp_dir=temp_dir, log_to_driver=False)
+        for attempt in range(1, RAY_START_ATTEMPTS + 1):
+            try:
+                ray.init(
+                    num_cpus=POOL_SIZE + 1, include_dashboard=False, _temp_dir=temp_dir, log_to_driver=False
+                )
+                break
+            except Exception:
+                # Ray gives its raylet a fixed 30 s to register; on a busy machine it can miss that.
+                ray.shutdown()
+                if attempt == RAY_START_ATTEMPTS:
+                    raise
 
         # A class of this function's own travels to Ray's workers by value, like a user's would.
         class RayEcho(Echo):

@@ -162,7 +162,7 @@ STEPS = [
     Step("scheduler_pass", "4. scheduler pass", scheduler_rows, (30, 60)),
     Step("controller_scale", "5. controller scale", controller_rows, (40, 120)),
     Step("store_scale", "6. store at scale", store_rows, (40, 90)),
-    Step("actor_calls", "7. actor calls", actor_rows, (60, 150)),
+    Step("actor_calls", "7. actor calls", actor_rows, (90, 240)),
 ]
 
 
