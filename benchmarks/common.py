@@ -43,6 +43,7 @@ class Target:
     """One of the issue's targets.
 
     kind "max": the Iris statistic `stat` must be below `value` (`strict`) or at most `value`.
+    kind "min": the Iris statistic `stat` must be above `value` (`strict`) or at least `value`.
     kind "ratio_max" / "ratio_min": the ratio of the Iris and Ray medians must be at most / at
     least `value`.
     """
@@ -92,6 +93,10 @@ def evaluate(row: Row, target: Target) -> tuple[bool | None, str]:
         value = stat(row.iris, target.stat, row.higher_is_better)
         passed = value < target.value if target.strict else value <= target.value
         return passed, f"{target.stat} {value:.4g} {row.unit} is {value / target.value:.2f}x the {target.value:g} {row.unit} limit"
+    if target.kind == "min":
+        value = stat(row.iris, target.stat, row.higher_is_better)
+        passed = value > target.value if target.strict else value >= target.value
+        return passed, f"{target.stat} {value:.4g} {row.unit} is {value / target.value:.2f}x the {target.value:g} {row.unit} floor"
     if not row.ray:
         return None, f"Ray {row.ray_note or 'not measured'}"
     ratio = statistics.median(row.iris) / statistics.median(row.ray)

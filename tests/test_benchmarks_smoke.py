@@ -14,7 +14,7 @@ import pytest
 # benchmarks/ is a top-level package beside src/, not installed with iris.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import controller_scale, run, scheduler_pass, store_scale  # noqa: E402
+from benchmarks import actor_calls, controller_scale, run, scheduler_pass, store_scale  # noqa: E402
 from benchmarks.common import Row, Target, evaluate, percentile  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,3 +83,12 @@ def test_controller_scale_measures_rounds_and_launches() -> None:
     assert m["incomplete_rounds"] == 0
     assert len(m["round_ms"]) == 2 and m["loaded_round_ms"]
     assert m["launched"] > 0 and m["rss_mb"]
+
+
+def test_actor_call_rows_iris_only() -> None:
+    rows = actor_calls.rows(quick=True, with_ray=False)
+    assert [r.key for r in rows] == ["actor.sync_rate", "actor.sync_latency", "actor.pool_rate", "actor.broadcast"]
+    size = actor_calls.sizes(quick=True)
+    assert len(rows[0].iris) == size.rounds and all(rate > 0 for rate in rows[0].iris)
+    assert len(rows[1].iris) == size.rounds * size.calls
+    assert all(r.ray_note == "not installed" and r.ray is None for r in rows)

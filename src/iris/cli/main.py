@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from iris.cli.actor import actor
 from iris.cli.build import build
 from iris.cli.cluster import cluster
 from iris.cli.job import job, run, submit
@@ -51,6 +52,7 @@ iris.add_command(submit)
 iris.add_command(job)
 iris.add_command(cluster)
 iris.add_command(build)
+iris.add_command(actor)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import cloudpickle
 from connectrpc.code import Code
@@ -36,6 +36,9 @@ from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.rpc.cluster_connect import ControllerServiceClientSync
 from iris.time import Duration
+
+if TYPE_CHECKING:
+    from iris.client.resolver import ClusterResolver
 
 R = TypeVar("R")
 
@@ -100,6 +103,13 @@ class IrisContext:
     @property
     def client(self) -> IrisClient:
         return IrisClient.remote(self.controller_address)
+
+    @property
+    def resolver(self) -> ClusterResolver:
+        """Finds actors of this job's namespace (its root job): its own, its parent's, its children's."""
+        from iris.client.resolver import ClusterResolver, namespace_of
+
+        return ClusterResolver(self.controller_address, namespace=namespace_of(self.job_id))
 
     def register_endpoint(self, name: str, address: str, metadata: dict[str, str] | None = None) -> str:
         """Publish a service of this task under its job, e.g. `ctx.register_endpoint("http", addr)`."""
