@@ -74,14 +74,15 @@ class SshHost:
         assert self.sshd is not None
         return os.readlink(f"/proc/{self.sshd.pid}/ns/mnt")
 
-    def processes(self) -> list[psutil.Process]:
-        """Every process of this host except its sshd: what sessions started and left running."""
+    def processes(self, include_sshd: bool = False) -> list[psutil.Process]:
+        """The processes of this host, without sshd and its sessions unless asked: what sessions
+        started and left running."""
         if self.sshd is None or self.sshd.poll() is not None:
             return []
         namespace = self.mount_namespace()
         found = []
-        for process in psutil.process_iter():
-            if process.pid == self.sshd.pid:
+        for process in psutil.process_iter(["name"]):
+            if process.info["name"] == "sshd" and not include_sshd:
                 continue
             try:
                 if os.readlink(f"/proc/{process.pid}/ns/mnt") == namespace:
@@ -264,9 +265,8 @@ class HostNetwork:
     def stop(self) -> None:
         """Stop everything the hosts run, then the sshds, then delete the network. Idempotent."""
         for host in self.all_hosts():
-            _stop_processes(host.processes())
-            if host.sshd is not None and host.sshd.poll() is None:
-                _stop_processes([psutil.Process(host.sshd.pid)])
+            _stop_processes(host.processes(include_sshd=True))
+            if host.sshd is not None:
                 host.sshd.wait()
         for name in self.namespaces:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)

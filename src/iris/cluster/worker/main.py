@@ -31,6 +31,7 @@ from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 logger = logging.getLogger("iris.worker")
 
 RUNTIMES = ("process", "docker", "containerd", "kubernetes")
+SLICE_ID_ATTRIBUTE = "slice-id"
 
 
 def normalize_address(address: str) -> str:
@@ -91,6 +92,7 @@ def cli() -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Bundle cache and task work dirs.")
 @click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help="How tasks run (default: process).")
 @click.option("--worker-id", help="Stable id for this worker (default: <hostname>:<port>).")
+@click.option("--slice-id", help="The slice the platform started this worker in (reported as the slice-id attribute).")
 @click.option("--attribute", "attributes", multiple=True, help="KEY=VALUE attribute to report; repeatable.")
 @click.option("--cpu", type=float, help="Cpus to offer instead of the host's count.")
 @click.option("--memory", help="Memory to offer instead of the host's, e.g. 8GB.")
@@ -106,6 +108,7 @@ def serve(
     cache_dir: str | None,
     runtime: str | None,
     worker_id: str | None,
+    slice_id: str | None,
     attributes: tuple[str, ...],
     cpu: float | None,
     memory: str | None,
@@ -145,7 +148,10 @@ def serve(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     container_runtime = create_runtime(runtime_name, cache / "runtime")
-    metadata = probe(cache, runtime_name, cpu, memory_bytes, _parse_attributes(attributes), device)
+    reported = _parse_attributes(attributes)
+    if slice_id:
+        reported[SLICE_ID_ATTRIBUTE] = slice_id
+    metadata = probe(cache, runtime_name, cpu, memory_bytes, reported, device)
     try:
         sock = bind_socket(host, port)
     except PortInUseError as exc:
