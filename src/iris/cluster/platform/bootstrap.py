@@ -128,10 +128,22 @@ def worker_daemon_name(worker_id: str) -> str:
 CONTROLLER_DAEMON_NAME = "controller"
 
 
+def local_storage_dirs(*prefixes: str) -> list[str]:
+    """The host directories behind file:// storage prefixes (a filesystem every host mounts), which a
+    containerized daemon must see at the same path; other schemes need none."""
+    return [urlparse(prefix).path for prefix in prefixes if prefix.startswith("file://")]
+
+
 def worker_daemon(
-    bootstrap: config_pb2.BootstrapConfig, placement: WorkerPlacement, kill_grace_s: float | None = None
+    bootstrap: config_pb2.BootstrapConfig,
+    placement: WorkerPlacement,
+    kill_grace_s: float | None = None,
+    storage_dirs: list[str] | None = None,
 ) -> HostDaemon:
-    """The worker daemon a platform starts on one host of a slice."""
+    """The worker daemon a platform starts on one host of a slice.
+
+    `storage_dirs` are host directories the worker reads bundles from (see `local_storage_dirs`).
+    """
     if not bootstrap.controller_address:
         raise BootstrapConfigError("defaults.bootstrap.controller_address is not set: workers could not find the controller")
     runtime = bootstrap.runtime or ("process" if bootstrap.python_env and not bootstrap.docker_image else "docker")
@@ -148,6 +160,8 @@ def worker_daemon(
         "--worker-id", placement.worker_id,
         "--slice-id", placement.slice_id,
     ]  # fmt: skip
+    if bootstrap.task_image:
+        args += ["--task-image", bootstrap.task_image]
     if kill_grace_s is not None:
         args += ["--kill-grace", str(kill_grace_s)]
     attributes = {"scale-group": placement.scale_group, **placement.attributes}
@@ -174,7 +188,7 @@ def worker_daemon(
         env=dict(bootstrap.env_vars),
         image=bootstrap.docker_image if use_image else "",
         python_env=bootstrap.python_env,
-        host_dirs=[cache_dir],
+        host_dirs=[cache_dir, *(storage_dirs or [])],
         mount_docker_socket=runtime == "docker",
     )
 
@@ -241,9 +255,13 @@ stop_daemon() {
     kill -KILL -- "-$pid" 2>/dev/null || true
   fi
   if [ -f "$DIR/container" ] && command -v docker >/dev/null 2>&1; then
-    docker rm -f "$(cat "$DIR/container")" >/dev/null 2>&1 || true
+    (
+      # The engine the daemon was started on, which this shell's environment may not name.
+      if [ -s "$DIR/docker_host" ]; then export DOCKER_HOST="$(cat "$DIR/docker_host")"; fi
+      docker rm -f "$(cat "$DIR/container")" >/dev/null 2>&1 || true
+    )
   fi
-  rm -f "$DIR/marker.json" "$DIR/pid" "$DIR/container"
+  rm -f "$DIR/marker.json" "$DIR/pid" "$DIR/container" "$DIR/docker_host"
 }
 """
 
@@ -287,7 +305,8 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
             f"docker image inspect {image} >/dev/null 2>&1 || {{ say pulling {image}; docker pull -q {image} "
             f"|| fail 'could not pull {daemon.image}: check the image name and that this host can reach its registry'; }}"
         )
-        run = ["docker", "run", "-d", "--name", daemon.container, "--network", "host", "--label", "iris.managed=true"]
+        # Not labelled iris.managed: that marks task containers, which a starting worker removes.
+        run = ["docker", "run", "-d", "--name", daemon.container, "--network", "host", "--label", f"iris.daemon={daemon.name}"]
         for directory in daemon.host_dirs:
             run += ["-v", f"{directory}:{directory}"]
         if daemon.mount_docker_socket:
@@ -296,7 +315,10 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
         for key in daemon.env:
             run += ["-e", key]
         command = " ".join(shlex.quote(a) for a in run) + f" {image} python -m {args}"
+        # A container of this name is an earlier start of this very daemon whose record was lost.
+        lines.append(f"docker rm -f {shlex.quote(daemon.container)} >/dev/null 2>&1 || true")
         lines.append(f'echo {shlex.quote(daemon.container)} >"$DIR/container"')
+        lines.append('echo "${DOCKER_HOST:-}" >"$DIR/docker_host"')
         lines.append(f"{command} >/dev/null || fail 'docker run of {daemon.image} failed'")
         lines.append(f"alive() {{ [ \"$(docker inspect -f '{{{{.State.Running}}}}' {daemon.container} 2>/dev/null)\" = true ]; }}")
         lines.append(f"daemon_output() {{ docker logs --tail 30 {daemon.container} 2>&1; }}")
@@ -313,7 +335,7 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
     lines.append(f"cat >\"$DIR/marker.json\" <<'IRIS_MARKER_EOF'\n{json.dumps(daemon.marker)}\nIRIS_MARKER_EOF")
     lines.append(
         f"""healthy() {{
-  exec 3<>/dev/tcp/127.0.0.1/{daemon.port} 2>/dev/null || return 1
+  {{ exec 3<>/dev/tcp/127.0.0.1/{daemon.port}; }} 2>/dev/null || return 1
   printf 'GET /health HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n' >&3
   local status=""
   read -r -t 5 status <&3 || true

@@ -91,6 +91,7 @@ def cli() -> None:
 @click.option("--advertise-host", help="Host name or IP the controller should use to reach this worker.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Bundle cache and task work dirs.")
 @click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help="How tasks run (default: process).")
+@click.option("--task-image", help="Image task containers run in (default: the config's bootstrap.task_image).")
 @click.option("--worker-id", help="Stable id for this worker (default: <hostname>:<port>).")
 @click.option("--slice-id", help="The slice the platform started this worker in (reported as the slice-id attribute).")
 @click.option("--attribute", "attributes", multiple=True, help="KEY=VALUE attribute to report; repeatable.")
@@ -107,6 +108,7 @@ def serve(
     advertise_host: str | None,
     cache_dir: str | None,
     runtime: str | None,
+    task_image: str | None,
     worker_id: str | None,
     slice_id: str | None,
     attributes: tuple[str, ...],
@@ -165,7 +167,7 @@ def serve(
         cache_dir=cache,
         metadata=metadata,
         kill_grace_s=kill_grace_s,
-        task_image=bootstrap.task_image if bootstrap else "",
+        task_image=task_image or (bootstrap.task_image if bootstrap else ""),
         reregister_after_s=max(3 * heartbeat_s, 15.0),
     )
     worker = Worker(settings, container_runtime)
