@@ -118,7 +118,7 @@ def test_worker_bootstrapped_over_ssh_registers_runs_a_job_and_stops_cleanly(
     [marker] = parse_markers(worker.run_command(list_markers_script()).stdout)
     assert (marker["kind"], marker["slice_id"], marker["worker_id"]) == ("worker", "slice-a", "ssh-w1")
     assert marker["labels"]["iris-slice-id"] == "slice-a"
-    assert marker["mode"] == "process"
+    assert marker["mode"] == "process" and marker["alive"] is True
 
     worker.bootstrap(stop_worker_script("ssh-w1"))
 

@@ -247,6 +247,15 @@ daemon_pid() {
   [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DAEMON_MODULE" || return 1
   echo "$pid"
 }
+container_running() {
+  [ -f "$DIR/container" ] && command -v docker >/dev/null 2>&1 || return 1
+  (
+    # The engine the daemon was started on, which this shell's environment may not name.
+    if [ -s "$DIR/docker_host" ]; then export DOCKER_HOST="$(cat "$DIR/docker_host")"; fi
+    [ "$(docker inspect -f '{{.State.Running}}' "$(cat "$DIR/container")" 2>/dev/null)" = true ]
+  )
+}
+daemon_alive() { daemon_pid >/dev/null || container_running; }
 stop_daemon() {
   local pid i
   if pid="$(daemon_pid)"; then
@@ -256,7 +265,6 @@ stop_daemon() {
   fi
   if [ -f "$DIR/container" ] && command -v docker >/dev/null 2>&1; then
     (
-      # The engine the daemon was started on, which this shell's environment may not name.
       if [ -s "$DIR/docker_host" ]; then export DOCKER_HOST="$(cat "$DIR/docker_host")"; fi
       docker rm -f "$(cat "$DIR/container")" >/dev/null 2>&1 || true
     )
@@ -274,6 +282,10 @@ def _preamble(daemon_name: str, module: str) -> str:
         f"DAEMON_MODULE={shlex.quote(module)}\n"
         f"STOP_GRACE={_STOP_GRACE_S}\n" + _COMMON
     )
+
+
+# Every Iris daemon's module starts with this, which is all `daemon_pid` needs when listing.
+_ANY_DAEMON_MODULE = "iris.cluster."
 
 
 def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S) -> str:
@@ -320,7 +332,6 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
         lines.append(f'echo {shlex.quote(daemon.container)} >"$DIR/container"')
         lines.append('echo "${DOCKER_HOST:-}" >"$DIR/docker_host"')
         lines.append(f"{command} >/dev/null || fail 'docker run of {daemon.image} failed'")
-        lines.append(f"alive() {{ [ \"$(docker inspect -f '{{{{.State.Running}}}}' {daemon.container} 2>/dev/null)\" = true ]; }}")
         lines.append(f"daemon_output() {{ docker logs --tail 30 {daemon.container} 2>&1; }}")
     else:
         python = shlex.quote(f"{daemon.python_env.rstrip('/')}/bin/python")
@@ -330,7 +341,6 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
         )
         lines.append(f'setsid {python} -m {args} >>"$DIR/daemon.log" 2>&1 </dev/null &')
         lines.append('echo $! >"$DIR/pid"')
-        lines.append('alive() { daemon_pid >/dev/null; }')
         lines.append('daemon_output() { tail -n 30 "$DIR/daemon.log"; }')
     lines.append(f"cat >\"$DIR/marker.json\" <<'IRIS_MARKER_EOF'\n{json.dumps(daemon.marker)}\nIRIS_MARKER_EOF")
     lines.append(
@@ -343,7 +353,7 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
   [[ "$status" == *" 200"* ]]
 }}
 for attempt in $(seq 1 {ready_timeout_s * 5}); do
-  if ! alive; then
+  if ! daemon_alive; then
     say "{daemon.name} exited during startup; its last output:"
     daemon_output || true
     stop_daemon
@@ -390,22 +400,28 @@ fi
 
 
 def list_markers_script() -> str:
-    """Bash printing the marker of every daemon running on the host, one JSON object per line."""
-    return f"""for marker in {DAEMONS_DIR}/*/marker.json; do
-  [ -f "$marker" ] && cat "$marker"
+    """Bash printing, for every daemon started on the host and not stopped, "alive" or "dead" and
+    its marker, one per line."""
+    return _preamble("", _ANY_DAEMON_MODULE) + f"""for DIR in {DAEMONS_DIR}/*; do
+  [ -f "$DIR/marker.json" ] || continue
+  if daemon_alive; then state=alive; else state=dead; fi
+  echo "$state $(cat "$DIR/marker.json")"
 done
-true
 """
 
 
 def parse_markers(output: str) -> list[dict]:
-    """The markers `list_markers_script` printed; lines that are not a JSON object are skipped."""
+    """The markers `list_markers_script` printed, each with "alive" (bool) added; other lines are
+    skipped."""
     markers = []
     for line in output.splitlines():
+        state, _, text = line.partition(" ")
+        if state not in ("alive", "dead"):
+            continue
         try:
-            marker = json.loads(line)
+            marker = json.loads(text)
         except json.JSONDecodeError:
             continue
         if isinstance(marker, dict):
-            markers.append(marker)
+            markers.append({**marker, "alive": state == "alive"})
     return markers
