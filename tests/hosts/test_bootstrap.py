@@ -189,7 +189,7 @@ def test_controller_bootstrapped_on_a_host_serves_a_worker_on_another_host(
         "defaults:\n  timeouts:\n    heartbeat_interval: 1s\n"
     )
     controller_remote = on_host(controller_host, ssh_key, "controller")
-    controller_remote.bootstrap(start_script(controller_daemon(config_yaml, port, python_env=PYTHON_ENV)))
+    controller_remote.bootstrap(start_script(controller_daemon(config_yaml, port, controller_host.address, python_env=PYTHON_ENV)))
     url = f"http://{controller_host.address}:{port}"
     assert httpx.get(f"{url}/health", timeout=5).status_code == 200
 

@@ -196,12 +196,16 @@ def worker_daemon(
 def controller_daemon(
     config_yaml: str,
     port: int,
+    advertise_host: str,
     image: str = "",
     python_env: str = "",
     env: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
+    metadata: dict[str, str] | None = None,
+    vm_name: str = CONTROLLER_DAEMON_NAME,
 ) -> HostDaemon:
-    """The controller daemon started on a host, serving the cluster config `config_yaml`."""
+    """The controller daemon started on a host, serving the cluster config `config_yaml` and
+    telling workers to reach it at `advertise_host`."""
     directory = f"{DAEMONS_DIR}/{CONTROLLER_DAEMON_NAME}"
     config_path = f"{directory}/config.yaml"
     return HostDaemon(
@@ -212,12 +216,16 @@ def controller_daemon(
             "--host", "0.0.0.0",
             "--port", str(port),
             "--state-dir", f"{directory}/state",
+            "--advertise-host", advertise_host,
         ],  # fmt: skip
         port=port,
         marker={
             "kind": "controller",
+            "name": vm_name,
             "port": port,
+            "address": advertise_host,
             "labels": dict(labels or {}),
+            "metadata": dict(metadata or {}),
             "mode": "docker" if not python_env else "process",
             "started_at_ms": Timestamp.now().epoch_ms,
         },
@@ -384,6 +392,18 @@ def stop_worker_script(worker_id: str) -> str:
 
 def stop_controller_script() -> str:
     return stop_script(CONTROLLER_DAEMON_NAME, "iris.cluster.controller.main")
+
+
+def write_marker_script(daemon_name: str, marker: dict[str, object]) -> str:
+    """Bash replacing the marker of a running daemon (to record new labels or metadata)."""
+    directory = shlex.quote(f"{DAEMONS_DIR}/{daemon_name}")
+    return f"""d={directory}
+[ -f "$d/marker.json" ] || {{ echo "no Iris daemon {daemon_name} runs on this host" >&2; exit 3; }}
+cat >"$d/marker.json.new" <<'IRIS_MARKER_EOF'
+{json.dumps(marker)}
+IRIS_MARKER_EOF
+mv "$d/marker.json.new" "$d/marker.json"
+"""
 
 
 def logs_script(daemon_name: str, tail_lines: int) -> str:

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import httpx
+import yaml
 
 from iris.cluster.platform.base import (
     CloudSliceState,
@@ -30,18 +34,23 @@ from iris.cluster.platform.base import (
     SliceStatus,
 )
 from iris.cluster.platform.bootstrap import (
+    CONTROLLER_DAEMON_NAME,
     BootstrapConfigError,
     WorkerPlacement,
+    controller_daemon,
     list_markers_script,
     local_storage_dirs,
     logs_script,
     parse_markers,
     start_script,
+    stop_controller_script,
     stop_worker_script,
     worker_daemon,
     worker_daemon_name,
+    write_marker_script,
 )
 from iris.cluster.platform.remote_exec import DirectSshRemoteExec, RemoteExecError, RemoteExecWorkerBase
+from iris.config import config_to_dict
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp
 
@@ -96,6 +105,39 @@ class SshSettings:
 
 class ManualWorkerHandle(RemoteExecWorkerBase):
     """The worker of one host of a manual slice."""
+
+
+class ManualControllerHandle(RemoteExecWorkerBase):
+    """The controller daemon on its host; labels and metadata live in its marker there."""
+
+    def __init__(self, remote: DirectSshRemoteExec, marker: dict):
+        self._marker = {k: v for k, v in marker.items() if k != "alive"}
+        super().__init__(str(self._marker.get("name", CONTROLLER_DAEMON_NAME)), remote)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self._marker.get("labels", {}))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self._marker.get("metadata", {}))
+
+    def terminate(self) -> None:
+        self.bootstrap(stop_controller_script(), timeout=_STOP_TIMEOUT)
+
+    def set_labels(self, labels: dict[str, str]) -> None:
+        self._marker["labels"] = {**self.labels, **labels}
+        self.bootstrap(write_marker_script(CONTROLLER_DAEMON_NAME, self._marker), timeout=_LIST_TIMEOUT)
+
+    def set_metadata(self, metadata: dict[str, str]) -> None:
+        self._marker["metadata"] = {**self.metadata, **metadata}
+        self.bootstrap(write_marker_script(CONTROLLER_DAEMON_NAME, self._marker), timeout=_LIST_TIMEOUT)
+
+
+@contextmanager
+def _url_of_forward(remote: DirectSshRemoteExec, port: int, local_port: int | None) -> Iterator[str]:
+    with remote.forward(port, local_port=local_port) as local:
+        yield f"http://127.0.0.1:{local}"
 
 
 @dataclass
@@ -418,20 +460,81 @@ class ManualPlatform:
         result = workers[0].run_command(logs_script(worker_daemon_name(worker_id), tail_lines), _LIST_TIMEOUT)
         return result.stdout + result.stderr
 
-    def create_vm(self, config: config_pb2.VmConfig):
-        raise PlatformError(
-            "starting the controller on a manual host is not part of this version: start it there with "
-            "`python -m iris.cluster.controller.main serve --config CONFIG` and point the workers at it"
+    def _controller_ssh(self, vm: config_pb2.ManualVmConfig | None = None) -> SshSettings:
+        defaults = self._ssh_defaults
+        return SshSettings(
+            (vm.ssh_user if vm else "") or defaults.user,
+            (vm.ssh_key_file if vm else "") or defaults.key_file,
+            defaults.port,
+            defaults.connect_timeout,
         )
 
-    def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list:
-        return []
+    def create_vm(self, config: config_pb2.VmConfig) -> ManualControllerHandle:
+        """Start the controller daemon on `config.manual.host` (default controller.manual.host),
+        serving this cluster's config, and return once it answers /health there."""
+        controller = self._config.controller.manual
+        host = config.manual.host or controller.host
+        if not host:
+            raise PlatformError("controller.manual.host is not set: name the host the controller runs on")
+        remote = self._controller_ssh(config.manual).remote(host)
+        config_yaml = yaml.safe_dump(config_to_dict(self._config), sort_keys=False)
+        daemon = controller_daemon(
+            config_yaml,
+            controller.port,
+            host,
+            image=controller.image,
+            python_env=self._config.defaults.bootstrap.python_env,
+            labels=dict(config.labels),
+            metadata=dict(config.metadata),
+            vm_name=config.name or f"{self.label_prefix}-controller",
+        )
+        handle = ManualControllerHandle(remote, daemon.marker)
+        try:
+            handle.bootstrap(
+                start_script(daemon, round(self._ready_timeout.seconds)),
+                timeout=Duration.from_seconds(self._ready_timeout.seconds + _BOOTSTRAP_SLACK.seconds),
+            )
+        except BootstrapConfigError as exc:
+            raise PlatformError(str(exc)) from None
+        return handle
+
+    def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list[ManualControllerHandle]:
+        """The controllers running on the controller host (the only standalone VM a manual cluster has)."""
+        host = self._config.controller.manual.host
+        if not host:
+            return []
+        remote = self._controller_ssh().remote(host)
+        try:
+            output = remote.run(list_markers_script(), _LIST_TIMEOUT).stdout
+        except RemoteExecError as exc:
+            logger.warning("cannot list Iris daemons on %s: %s", host, exc)
+            return []
+        return [
+            ManualControllerHandle(remote, marker)
+            for marker in parse_markers(output)
+            if marker.get("kind") == "controller"
+            and marker["alive"]
+            and all(marker.get("labels", {}).get(k) == v for k, v in (labels or {}).items())
+        ]
 
     def discover_controller(self, config: config_pb2.IrisClusterConfig) -> str | None:
-        return config.defaults.bootstrap.controller_address or None
+        controller = config.controller.manual
+        if not controller.host:
+            return None
+        url = f"http://{controller.host}:{controller.port}"
+        try:
+            healthy = httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return None
+        return url if healthy else None
 
     def tunnel(self, address: str, local_port: int | None = None) -> AbstractContextManager[str]:
-        return nullcontext(address)
+        """An SSH forward to the controller at `address` (a URL or host:port) through its host."""
+        parsed = urlparse(address if "://" in address else f"http://{address}")
+        if not parsed.hostname or not parsed.port:
+            raise PlatformError(f"cannot tunnel to {address!r}: expected http://HOST:PORT")
+        remote = self._controller_ssh().remote(parsed.hostname)
+        return _url_of_forward(remote, parsed.port, local_port)
 
     def shutdown(self) -> None:
         """Stop driving bootstraps; the workers on the hosts keep running for the next controller."""

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 import shlex
+import socket
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -297,6 +299,59 @@ class DirectSshRemoteExec:
             raise error
         if result.returncode != 0:
             raise RemoteCommandFailedError(self._address, f"copying {local_path} to {remote_path}", result)
+
+
+    @contextmanager
+    def forward(self, remote_port: int, remote_host: str = "127.0.0.1", local_port: int | None = None) -> Iterator[int]:
+        """An SSH local forward from 127.0.0.1:<local port> here to remote_host:remote_port as seen
+        from the host, open while the context lasts; yields the local port."""
+        port = local_port or _free_local_port()
+        argv = ["ssh", *self._options(), "-o", "ExitOnForwardFailure=yes", "-N",
+                "-L", f"127.0.0.1:{port}:{remote_host}:{remote_port}",
+                "-p", str(self._port), f"{self._user}@{self._address}"]  # fmt: skip
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        try:
+
+            def open_or_exited() -> bool:
+                return process.poll() is not None or _accepts(port)
+
+            try:
+                wait_until(open_or_exited, self._connect_timeout.seconds + 5, 0.05, f"the tunnel to {self._address}")
+            except TimeoutError:
+                raise HostUnreachableError(
+                    self._address, f"the SSH tunnel to {self._address} did not open within {self._connect_timeout}"
+                ) from None
+            if process.poll() is not None:
+                stderr = process.stderr.read() if process.stderr else ""
+                error = classify_client_error(self._address, process.returncode, stderr)
+                raise error or RemoteExecError(
+                    self._address, f"the SSH tunnel to {self._address} exited {process.returncode}: {stderr.strip()}"
+                )
+            yield port
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _free_local_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def _scp_host(address: str) -> str:
