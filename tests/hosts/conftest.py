@@ -15,7 +15,7 @@ from netns import HostNetwork, HostsUnavailable, SshHost
 
 # The runtime tests' private container engines (one per checkout) also serve the hosts' Docker path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-from engines import DockerEngine, EngineUnavailable, start_docker  # noqa: E402
+from engines import DockerEngine, EngineUnavailable, start_docker
 
 NAMESPACE_HOSTS = 3
 

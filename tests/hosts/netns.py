@@ -46,7 +46,7 @@ class HostsUnavailable(RuntimeError):
 
 
 def _run(*argv: str) -> str:
-    result = subprocess.run(argv, capture_output=True, text=True)
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise HostsUnavailable(f"`{' '.join(argv)}` exited {result.returncode}: {result.stderr.strip()}")
     return result.stdout
@@ -95,7 +95,9 @@ class SshHost:
         """Where this host's private `path` (under one of PRIVATE_HOST_DIRS) is seen from the test."""
         for private in PRIVATE_HOST_DIRS:
             if path == private or path.startswith(private + "/"):
-                return self.state_dir / private.strip("/").replace("/", "-") / path[len(private) :].lstrip("/")
+                return (
+                    self.state_dir / private.strip("/").replace("/", "-") / path[len(private) :].lstrip("/")
+                )
         return Path(path)
 
     def set_link(self, up: bool) -> None:
@@ -151,10 +153,16 @@ class HostNetwork:
             raise
 
     def _create_network(self) -> None:
-        used = set(re.findall(rf"{re.escape(SUBNET_PREFIX)}\.(\d+)\.", _run("ip", "-4", "-o", "addr") + _run("ip", "-4", "route")))
+        used = set(
+            re.findall(
+                rf"{re.escape(SUBNET_PREFIX)}\.(\d+)\.",
+                _run("ip", "-4", "-o", "addr") + _run("ip", "-4", "route"),
+            )
+        )
         start = int(self.session) % 250
         third = next(
-            ((start + step) % 250 + 1 for step in range(250) if str((start + step) % 250 + 1) not in used), None
+            ((start + step) % 250 + 1 for step in range(250) if str((start + step) % 250 + 1) not in used),
+            None,
         )
         if third is None:
             raise HostsUnavailable(f"every {SUBNET_PREFIX}.N.0/24 is in use on this machine")
@@ -201,11 +209,8 @@ class HostNetwork:
         return ["unshare", "--mount", "--propagation", "slave", "sh", "-c", script]
 
     def _launch(self, host: SshHost, argv: list[str]) -> None:
-        log = open(host.state_dir / "sshd.log", "ab")
-        try:
+        with open(host.state_dir / "sshd.log", "ab") as log:
             host.sshd = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
 
         def listening() -> bool:
             if host.sshd is not None and host.sshd.poll() is not None:
@@ -269,10 +274,10 @@ class HostNetwork:
             if host.sshd is not None:
                 host.sshd.wait()
         for name in self.namespaces:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
         self.namespaces.clear()
         if self.bridge:
-            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
             self.bridge = ""
 
 

@@ -23,7 +23,11 @@ from iris.cluster.platform.bootstrap import (
     worker_daemon,
     worker_daemon_name,
 )
-from iris.cluster.platform.remote_exec import DirectSshRemoteExec, RemoteCommandFailedError, RemoteExecWorkerBase
+from iris.cluster.platform.remote_exec import (
+    DirectSshRemoteExec,
+    RemoteCommandFailedError,
+    RemoteExecWorkerBase,
+)
 from iris.cluster.types import Entrypoint
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
@@ -97,14 +101,18 @@ def test_worker_bootstrapped_over_ssh_registers_runs_a_job_and_stops_cleanly(
     worker = on_host(host, ssh_key, "ssh-w1")
     streamed: list[str] = []
 
-    worker.bootstrap(start_script(worker_daemon(worker_bootstrap(controller), placement(host, "ssh-w1"))), streamed.append)
+    worker.bootstrap(
+        start_script(worker_daemon(worker_bootstrap(controller), placement(host, "ssh-w1"))), streamed.append
+    )
 
     assert streamed[-1] == "[iris-bootstrap] worker-ssh-w1 is healthy on port 10001"
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     with IrisClient.remote(controller, workspace=workspace) as client:
         registered = wait_until(lambda: healthy_workers(client).get("ssh-w1"), 30, 0.1, "ssh-w1 to register")
-        job = client.submit(Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="where")
+        job = client.submit(
+            Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="where"
+        )
         job.wait(timeout=60)
         status = job.status()
         output = "\n".join(line.line.data for line in job.logs())
@@ -148,7 +156,9 @@ def test_worker_bootstrap_with_missing_python_env_fails_with_the_reason(
     hosts: list[SshHost], ssh_key: Path, controller: str
 ) -> None:
     worker = on_host(hosts[2], ssh_key)
-    daemon = worker_daemon(worker_bootstrap(controller, python_env="/opt/no-such-env"), placement(hosts[2], "w-x"))
+    daemon = worker_daemon(
+        worker_bootstrap(controller, python_env="/opt/no-such-env"), placement(hosts[2], "w-x")
+    )
 
     with pytest.raises(RemoteCommandFailedError, match="exited 1") as caught:
         worker.bootstrap(start_script(daemon))
@@ -189,7 +199,9 @@ def test_controller_bootstrapped_on_a_host_serves_a_worker_on_another_host(
         "defaults:\n  timeouts:\n    heartbeat_interval: 1s\n"
     )
     controller_remote = on_host(controller_host, ssh_key, "controller")
-    controller_remote.bootstrap(start_script(controller_daemon(config_yaml, port, controller_host.address, python_env=PYTHON_ENV)))
+    controller_remote.bootstrap(
+        start_script(controller_daemon(config_yaml, port, controller_host.address, python_env=PYTHON_ENV))
+    )
     url = f"http://{controller_host.address}:{port}"
     assert httpx.get(f"{url}/health", timeout=5).status_code == 200
 

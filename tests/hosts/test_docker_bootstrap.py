@@ -76,13 +76,16 @@ def test_worker_bootstrapped_from_image_with_docker_runs_a_task_container(
     worker = RemoteExecWorkerBase("docker-w0", remote)
     engine = docker.DockerClient(base_url=docker_engine.url)
     try:
-        daemon = worker_daemon(bootstrap, placement, storage_dirs=local_storage_dirs(f"file://{tmp_path}/bundles"))
+        daemon = worker_daemon(
+            bootstrap, placement, storage_dirs=local_storage_dirs(f"file://{tmp_path}/bundles")
+        )
         worker.bootstrap(start_script(daemon), timeout=Duration.from_seconds(180))
         container = engine.containers.get(container_name(worker_daemon_name("docker-w0")))
         with IrisClient.remote(controller_url, workspace=tmp_path) as client:
             [registered] = wait_until(client.list_workers, 30, 0.1, "the docker worker to register")
             job = client.submit(
-                Entrypoint.from_command("python3", "-c", "import sys; print(sys.executable)"), name="in-container"
+                Entrypoint.from_command("python3", "-c", "import sys; print(sys.executable)"),
+                name="in-container",
             )
             job.wait(timeout=120)
             status = job.status()

@@ -33,7 +33,9 @@ def test_manual_controller_on_a_host_scales_workers_and_serves_jobs_through_a_tu
     platform = ManualPlatform(config)
     controller_label = Labels("iris").controller
 
-    handle = platform.create_vm(config_pb2.VmConfig(name="iris-controller", labels={controller_label: "true"}))
+    handle = platform.create_vm(
+        config_pb2.VmConfig(name="iris-controller", labels={controller_label: "true"})
+    )
     handle.set_metadata({"iris-controller-address-iris": f"http://{controller_host.address}:10000"})
 
     [found] = ManualPlatform(config).list_vms([], {controller_label: "true"})
@@ -49,7 +51,9 @@ def test_manual_controller_on_a_host_scales_workers_and_serves_jobs_through_a_tu
         assert local_url.startswith("http://127.0.0.1:") and local_url != url
         assert httpx.get(f"{local_url}/health", timeout=5).json()["url"] == url
         with IrisClient.remote(local_url, workspace=workspace) as client:
-            job = client.submit(Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="far")
+            job = client.submit(
+                Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="far"
+            )
             job.wait(timeout=120)
             output = "\n".join(line.line.data for line in job.logs())
             state = job.status().state
@@ -73,6 +77,6 @@ def test_manual_tunnel_with_wrong_key_raises_authentication_refused(
     config = cluster_config([hosts[1].address], host_network.wrong_key, "", tmp_path / "bundles")
     platform = ManualPlatform(config)
 
-    with pytest.raises(AuthenticationRefusedError, match="refused the SSH key"):
-        with platform.tunnel(f"http://{hosts[0].address}:10000"):
-            pass
+    tunnel = platform.tunnel(f"http://{hosts[0].address}:10000")
+    with pytest.raises(AuthenticationRefusedError, match="refused the SSH key"), tunnel:
+        pass

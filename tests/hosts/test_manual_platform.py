@@ -67,7 +67,9 @@ def controller(host_network: HostNetwork, tmp_path: Path) -> Iterator[str]:
     from iris.cluster.controller.main import ControllerDaemon
 
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "controller", bundle_prefix=f"file://{tmp_path}/bundles", host=host_network.gateway
+        state_dir=tmp_path / "controller",
+        bundle_prefix=f"file://{tmp_path}/bundles",
+        host=host_network.gateway,
     )
     daemon.start_in_thread()
     try:
@@ -116,8 +118,9 @@ def test_manual_slice_bootstraps_workers_on_its_hosts_and_terminate_frees_them(
 
     handle.terminate()
 
-    for host in hosts[:2]:
-        wait_until(lambda: not host.processes(), 20, 0.1, f"nothing of Iris to run on {host.name}")
+    wait_until(
+        lambda: not any(h.processes() for h in hosts[:2]), 20, 0.1, "nothing of Iris to run on the hosts"
+    )
     again = platform.create_slice(slice_config(config), config.defaults.bootstrap)
     wait_for_state(again, CloudSliceState.READY)
     assert [w.internal_address for w in again.describe().workers] == addresses
@@ -164,7 +167,9 @@ def test_manual_slice_whose_bootstrap_fails_ends_failed_with_nothing_left_runnin
     hosts: list[SshHost], ssh_key: Path, controller: str, tmp_path: Path
 ) -> None:
     # No containerd runs on the hosts: the worker exits at start with a reason.
-    config = cluster_config([hosts[1].address], ssh_key, controller, tmp_path / "bundles", runtime="containerd")
+    config = cluster_config(
+        [hosts[1].address], ssh_key, controller, tmp_path / "bundles", runtime="containerd"
+    )
     platform = ManualPlatform(config)
 
     handle = platform.create_slice(slice_config(config), config.defaults.bootstrap)
@@ -223,7 +228,9 @@ def test_autoscaler_on_manual_platform_brings_up_a_host_and_runs_a_job(
     workspace.mkdir()
     try:
         with IrisClient.remote(daemon.url, workspace=workspace) as client:
-            job = client.submit(Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="on-host")
+            job = client.submit(
+                Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="on-host"
+            )
             job.wait(timeout=120)
             output = "\n".join(line.line.data for line in job.logs())
             state = job.status().state

@@ -93,7 +93,9 @@ def test_direct_ssh_run_streaming_delivers_each_line_before_the_command_ends(
 def test_direct_ssh_run_streaming_past_timeout_raises(hosts: list[SshHost], ssh_key: Path) -> None:
     lines: list[str] = []
     with pytest.raises(RemoteCommandTimeoutError):
-        ssh_to(hosts[2], ssh_key).run_streaming("echo started; sleep 4243", lines.append, Duration.from_seconds(1))
+        ssh_to(hosts[2], ssh_key).run_streaming(
+            "echo started; sleep 4243", lines.append, Duration.from_seconds(1)
+        )
 
     assert lines == ["started"]
 
@@ -136,7 +138,9 @@ def test_direct_ssh_wrong_key_raises_authentication_refused(
 def test_direct_ssh_unreachable_host_raises_within_the_connect_timeout(
     host_network: HostNetwork, ssh_key: Path
 ) -> None:
-    remote = DirectSshRemoteExec(host_network.unreachable_address, "root", str(ssh_key), 22, Duration.from_seconds(2))
+    remote = DirectSshRemoteExec(
+        host_network.unreachable_address, "root", str(ssh_key), 22, Duration.from_seconds(2)
+    )
     started = time.monotonic()
 
     with pytest.raises(HostUnreachableError, match="check that the host is up"):
@@ -171,7 +175,7 @@ def test_worker_base_bootstrap_failure_reports_exit_code_and_last_lines(
 def test_worker_base_bootstrap_success_returns_the_output(hosts: list[SshHost], ssh_key: Path) -> None:
     worker = RemoteExecWorkerBase("w-0", ssh_to(hosts[0], ssh_key))
 
-    result = worker.bootstrap("echo \"it's $((6 * 7))\"")
+    result = worker.bootstrap('echo "it\'s $((6 * 7))"')
 
     assert result.stdout == "it's 42"
     assert worker.internal_address == hosts[0].address
@@ -181,7 +185,9 @@ def test_worker_base_bootstrap_success_returns_the_output(hosts: list[SshHost], 
 def test_worker_base_wait_for_connection_gives_up_after_timeout_on_unreachable_host(
     host_network: HostNetwork, ssh_key: Path
 ) -> None:
-    remote = DirectSshRemoteExec(host_network.unreachable_address, "root", str(ssh_key), 22, Duration.from_seconds(1))
+    remote = DirectSshRemoteExec(
+        host_network.unreachable_address, "root", str(ssh_key), 22, Duration.from_seconds(1)
+    )
     worker = RemoteExecWorkerBase("w-0", remote)
     started = time.monotonic()
 
@@ -189,7 +195,9 @@ def test_worker_base_wait_for_connection_gives_up_after_timeout_on_unreachable_h
     assert 3 <= time.monotonic() - started < 3 + 5
 
 
-def test_worker_base_wait_for_connection_returns_once_the_host_is_back(hosts: list[SshHost], ssh_key: Path) -> None:
+def test_worker_base_wait_for_connection_returns_once_the_host_is_back(
+    hosts: list[SshHost], ssh_key: Path
+) -> None:
     worker = RemoteExecWorkerBase("w-0", ssh_to(hosts[1], ssh_key, connect_timeout_s=1))
     hosts[1].set_link(False)
     assert worker.wait_for_connection(Duration.from_seconds(1), Duration.from_seconds(0.2)) is False

@@ -101,7 +101,9 @@ class HostDaemon:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
-            raise BootstrapConfigError(f"{self.name!r} cannot name a daemon: use letters, digits, '.', '_', '-'")
+            raise BootstrapConfigError(
+                f"{self.name!r} cannot name a daemon: use letters, digits, '.', '_', '-'"
+            )
         if not self.image and not self.python_env:
             raise BootstrapConfigError(
                 "nothing to run the daemon from: set defaults.bootstrap.docker_image (run with Docker) or "
@@ -145,8 +147,12 @@ def worker_daemon(
     `storage_dirs` are host directories the worker reads bundles from (see `local_storage_dirs`).
     """
     if not bootstrap.controller_address:
-        raise BootstrapConfigError("defaults.bootstrap.controller_address is not set: workers could not find the controller")
-    runtime = bootstrap.runtime or ("process" if bootstrap.python_env and not bootstrap.docker_image else "docker")
+        raise BootstrapConfigError(
+            "defaults.bootstrap.controller_address is not set: workers could not find the controller"
+        )
+    runtime = bootstrap.runtime or (
+        "process" if bootstrap.python_env and not bootstrap.docker_image else "docker"
+    )
     use_image = not bootstrap.python_env
     cache_dir = bootstrap.cache_dir or "/var/cache/iris"
     args = [
@@ -208,16 +214,17 @@ def controller_daemon(
     telling workers to reach it at `advertise_host`."""
     directory = f"{DAEMONS_DIR}/{CONTROLLER_DAEMON_NAME}"
     config_path = f"{directory}/config.yaml"
+    args = [
+        "iris.cluster.controller.main", "serve",
+        "--config", config_path,
+        "--host", "0.0.0.0",
+        "--port", str(port),
+        "--state-dir", f"{directory}/state",
+        "--advertise-host", advertise_host,
+    ]  # fmt: skip
     return HostDaemon(
         name=CONTROLLER_DAEMON_NAME,
-        module_args=[
-            "iris.cluster.controller.main", "serve",
-            "--config", config_path,
-            "--host", "0.0.0.0",
-            "--port", str(port),
-            "--state-dir", f"{directory}/state",
-            "--advertise-host", advertise_host,
-        ],  # fmt: skip
+        module_args=args,
         port=port,
         marker={
             "kind": "controller",
@@ -326,7 +333,17 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
             f"|| fail 'could not pull {daemon.image}: check the image name and that this host can reach its registry'; }}"
         )
         # Not labelled iris.managed: that marks task containers, which a starting worker removes.
-        run = ["docker", "run", "-d", "--name", daemon.container, "--network", "host", "--label", f"iris.daemon={daemon.name}"]
+        run = [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            daemon.container,
+            "--network",
+            "host",
+            "--label",
+            f"iris.daemon={daemon.name}",
+        ]
         for directory in daemon.host_dirs:
             run += ["-v", f"{directory}:{directory}"]
         if daemon.mount_docker_socket:
@@ -350,7 +367,9 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
         lines.append(f'setsid {python} -m {args} >>"$DIR/daemon.log" 2>&1 </dev/null &')
         lines.append('echo $! >"$DIR/pid"')
         lines.append('daemon_output() { tail -n 30 "$DIR/daemon.log"; }')
-    lines.append(f"cat >\"$DIR/marker.json\" <<'IRIS_MARKER_EOF'\n{json.dumps(daemon.marker)}\nIRIS_MARKER_EOF")
+    lines.append(
+        f"cat >\"$DIR/marker.json\" <<'IRIS_MARKER_EOF'\n{json.dumps(daemon.marker)}\nIRIS_MARKER_EOF"
+    )
     lines.append(
         f"""healthy() {{
   {{ exec 3<>/dev/tcp/127.0.0.1/{daemon.port}; }} 2>/dev/null || return 1
@@ -422,12 +441,15 @@ fi
 def list_markers_script() -> str:
     """Bash printing, for every daemon started on the host and not stopped, "alive" or "dead" and
     its marker, one per line."""
-    return _preamble("", _ANY_DAEMON_MODULE) + f"""for DIR in {DAEMONS_DIR}/*; do
+    return (
+        _preamble("", _ANY_DAEMON_MODULE)
+        + f"""for DIR in {DAEMONS_DIR}/*; do
   [ -f "$DIR/marker.json" ] || continue
   if daemon_alive; then state=alive; else state=dead; fi
   echo "$state $(cat "$DIR/marker.json")"
 done
 """
+    )
 
 
 def parse_markers(output: str) -> list[dict]:

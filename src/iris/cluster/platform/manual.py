@@ -10,6 +10,10 @@ backs off as it does for a cloud out of quota.
 
 The platform keeps no records of its own: each worker leaves a marker on its host, and a
 restarted controller rebuilds its slices (and which hosts are taken) from what the hosts report.
+
+The controller runs on `controller.manual.host` (`create_vm`), from the controller image or the
+bootstrap's Python environment, with its labels and metadata in its marker there; `tunnel()`
+forwards a local port to it over SSH for clients that cannot reach the host directly.
 """
 
 from __future__ import annotations
@@ -123,15 +127,19 @@ class ManualControllerHandle(RemoteExecWorkerBase):
         return dict(self._marker.get("metadata", {}))
 
     def terminate(self) -> None:
-        self.bootstrap(stop_controller_script(), timeout=_STOP_TIMEOUT)
+        self.run_script(stop_controller_script(), "stopping the controller", timeout=_STOP_TIMEOUT)
 
     def set_labels(self, labels: dict[str, str]) -> None:
         self._marker["labels"] = {**self.labels, **labels}
-        self.bootstrap(write_marker_script(CONTROLLER_DAEMON_NAME, self._marker), timeout=_LIST_TIMEOUT)
+        self._write_marker()
 
     def set_metadata(self, metadata: dict[str, str]) -> None:
         self._marker["metadata"] = {**self.metadata, **metadata}
-        self.bootstrap(write_marker_script(CONTROLLER_DAEMON_NAME, self._marker), timeout=_LIST_TIMEOUT)
+        self._write_marker()
+
+    def _write_marker(self) -> None:
+        script = write_marker_script(CONTROLLER_DAEMON_NAME, self._marker)
+        self.run_script(script, "recording the controller's labels", timeout=_LIST_TIMEOUT)
 
 
 @contextmanager
@@ -250,7 +258,9 @@ class ManualPlatform:
         self, config: config_pb2.SliceConfig, bootstrap_config: config_pb2.BootstrapConfig
     ) -> ManualSliceHandle:
         if config.WhichOneof("platform") != "manual":
-            raise PlatformError("the manual platform creates slices from a slice_template with a 'manual:' section")
+            raise PlatformError(
+                "the manual platform creates slices from a slice_template with a 'manual:' section"
+            )
         labels = dict(config.labels)
         keys = Labels(self.label_prefix)
         group = labels.get(keys.scale_group, "")
@@ -270,12 +280,17 @@ class ManualPlatform:
                 self._taken[host] = slice_id
             labels[keys.slice_id] = slice_id
             ssh = self._ssh_for(config)
-            workers = [ManualWorkerHandle(f"{slice_id}-{i}", ssh.remote(host)) for i, host in enumerate(hosts)]
+            workers = [
+                ManualWorkerHandle(f"{slice_id}-{i}", ssh.remote(host)) for i, host in enumerate(hosts)
+            ]
             record = _SliceRecord(slice_id, group, labels, Timestamp.now(), workers)
             record.history.append((CloudSliceState.CREATING, Timestamp.now(), "hosts allocated"))
             self._slices[slice_id] = record
         thread = threading.Thread(
-            target=self._bring_up, args=(record, config, bootstrap_config), name=f"manual-{slice_id}", daemon=True
+            target=self._bring_up,
+            args=(record, config, bootstrap_config),
+            name=f"manual-{slice_id}",
+            daemon=True,
         )
         thread.start()
         logger.info("manual slice %s: bootstrapping %s", slice_id, ", ".join(hosts))
@@ -298,11 +313,15 @@ class ManualPlatform:
             attributes={"tpu-name": record.slice_id, "tpu-worker-id": str(index)},
             cpu=float(resources.cpu) if resources.cpu else None,
             memory_bytes=resources.ram or None,
-            tpu_variant=config.accelerator_variant if config.accelerator_type == config_pb2.ACCELERATOR_TYPE_TPU else "",
+            tpu_variant=config.accelerator_variant
+            if config.accelerator_type == config_pb2.ACCELERATOR_TYPE_TPU
+            else "",
             gpu_spec=gpu,
         )
 
-    def _each_worker(self, record: _SliceRecord, step: Callable[[int, ManualWorkerHandle], None]) -> list[str]:
+    def _each_worker(
+        self, record: _SliceRecord, step: Callable[[int, ManualWorkerHandle], None]
+    ) -> list[str]:
         """Run `step` on every worker at once; the failures, one line each."""
         failures: list[str] = []
 
@@ -318,7 +337,10 @@ class ManualPlatform:
         return failures
 
     def _bring_up(
-        self, record: _SliceRecord, config: config_pb2.SliceConfig, bootstrap_config: config_pb2.BootstrapConfig
+        self,
+        record: _SliceRecord,
+        config: config_pb2.SliceConfig,
+        bootstrap_config: config_pb2.BootstrapConfig,
     ) -> None:
         connect_timeout = self._ssh_defaults.connect_timeout
 
@@ -326,6 +348,8 @@ class ManualPlatform:
             worker.remote_exec.run("true", connect_timeout)
 
         failures = self._each_worker(record, connect)
+        if self._shutdown.is_set():
+            return
         if failures:
             self._fail(record, failures)
             return
@@ -334,12 +358,19 @@ class ManualPlatform:
 
         def bootstrap(index: int, worker: ManualWorkerHandle) -> None:
             daemon = worker_daemon(
-                bootstrap_config, self._placement(record, config, index), self._kill_grace_s, self._storage_dirs
+                bootstrap_config,
+                self._placement(record, config, index),
+                self._kill_grace_s,
+                self._storage_dirs,
             )
             script = start_script(daemon, round(self._ready_timeout.seconds))
-            worker.bootstrap(script, timeout=Duration.from_seconds(self._ready_timeout.seconds + _BOOTSTRAP_SLACK.seconds))
+            worker.bootstrap(
+                script, timeout=Duration.from_seconds(self._ready_timeout.seconds + _BOOTSTRAP_SLACK.seconds)
+            )
 
         failures = self._each_worker(record, bootstrap)
+        if self._shutdown.is_set():
+            return
         if record.cancelled.is_set():
             # Terminated while the scripts ran: terminate() may have stopped workers before they started.
             self._stop_workers(record)
@@ -371,10 +402,8 @@ class ManualPlatform:
 
     def _terminate(self, record: _SliceRecord) -> None:
         record.cancelled.set()
-        with self._lock:
-            if record.state != CloudSliceState.DELETING:
-                record.state = CloudSliceState.DELETING
-                record.history.append((CloudSliceState.DELETING, Timestamp.now(), "terminated"))
+        if record.state != CloudSliceState.DELETING:
+            self._transition(record, CloudSliceState.DELETING)
         self._stop_workers(record)
         with self._lock:
             self._slices.pop(record.slice_id, None)
@@ -433,7 +462,9 @@ class ManualPlatform:
                     continue
                 members.sort(key=lambda m: m[1]["worker_id"])
                 first = members[0][1]
-                workers = [ManualWorkerHandle(m["worker_id"], hosts[host].remote(host)) for host, m in members]
+                workers = [
+                    ManualWorkerHandle(m["worker_id"], hosts[host].remote(host)) for host, m in members
+                ]
                 record = _SliceRecord(
                     slice_id,
                     first.get("scale_group", ""),
@@ -498,7 +529,9 @@ class ManualPlatform:
             raise PlatformError(str(exc)) from None
         return handle
 
-    def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list[ManualControllerHandle]:
+    def list_vms(
+        self, zones: list[str], labels: dict[str, str] | None = None
+    ) -> list[ManualControllerHandle]:
         """The controllers running on the controller host (the only standalone VM a manual cluster has)."""
         host = self._config.controller.manual.host
         if not host:
@@ -539,6 +572,3 @@ class ManualPlatform:
     def shutdown(self) -> None:
         """Stop driving bootstraps; the workers on the hosts keep running for the next controller."""
         self._shutdown.set()
-        with self._lock:
-            for record in self._slices.values():
-                record.cancelled.set()

@@ -33,6 +33,7 @@ from iris.config import DEFAULT_SSH_CONNECT_TIMEOUT, DEFAULT_SSH_PORT, DEFAULT_S
 from iris.time import Duration, wait_until
 
 DEFAULT_COMMAND_TIMEOUT = Duration.from_seconds(60)
+DEFAULT_POLL_INTERVAL = Duration.from_seconds(5)
 # How many trailing output lines an error about a failed command quotes.
 ERROR_TAIL_LINES = 20
 # ssh's own exit status for "could not connect or authenticate"; a remote command's 255 has none of
@@ -106,7 +107,9 @@ class RemoteExec(Protocol):
         """As `run`, calling `on_line` with each line of output (stdout and stderr merged) as it comes."""
         ...
 
-    def copy_file(self, local_path: Path, remote_path: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT) -> None:
+    def copy_file(
+        self, local_path: Path, remote_path: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT
+    ) -> None:
         """Copy a local file to `remote_path` on the host; raises RemoteExecError on failure."""
         ...
 
@@ -151,7 +154,9 @@ def classify_client_error(address: str, returncode: int, stderr: str) -> RemoteE
     for known in _CLIENT_ERRORS:
         match = known.pattern.search(stderr)
         if match:
-            line = next((ln.strip() for ln in stderr.splitlines() if known.pattern.search(ln)), match.group(0))
+            line = next(
+                (ln.strip() for ln in stderr.splitlines() if known.pattern.search(ln)), match.group(0)
+            )
             return known.error(address, f"ssh to {address} failed: {line}; {known.advice}")
     return None
 
@@ -233,18 +238,30 @@ class DirectSshRemoteExec:
         argv = self._ssh_argv(self._bounded(command, timeout))
         try:
             completed = subprocess.run(
-                argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=self._local_deadline_s(timeout)
+                argv,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=self._local_deadline_s(timeout),
+                check=False,
             )
         except subprocess.TimeoutExpired:
             raise self._timed_out(command, timeout) from None
-        return self._finish(command, timeout, CommandResult(completed.returncode, completed.stdout, completed.stderr))
+        return self._finish(
+            command, timeout, CommandResult(completed.returncode, completed.stdout, completed.stderr)
+        )
 
     def run_streaming(
         self, command: str, on_line: Callable[[str], None], timeout: Duration | None = None
     ) -> CommandResult:
         argv = self._ssh_argv(self._bounded(command, timeout))
         process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
         )
         stderr_lines: list[str] = []
         stderr_reader = threading.Thread(
@@ -282,16 +299,24 @@ class DirectSshRemoteExec:
             raise self._timed_out(command, timeout)
         return self._finish(command, timeout, CommandResult(returncode, "\n".join(output), stderr))
 
-    def copy_file(self, local_path: Path, remote_path: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT) -> None:
+    def copy_file(
+        self, local_path: Path, remote_path: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT
+    ) -> None:
         argv = ["scp", "-q", *self._options(), "-P", str(self._port), str(local_path),
                 f"{self._user}@{_scp_host(self._address)}:{remote_path}"]  # fmt: skip
         try:
             completed = subprocess.run(
-                argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=self._local_deadline_s(timeout)
+                argv,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=self._local_deadline_s(timeout),
+                check=False,
             )
         except subprocess.TimeoutExpired:
             raise RemoteCommandTimeoutError(
-                self._address, f"copying {local_path} to {self._address}:{remote_path} took longer than {timeout}"
+                self._address,
+                f"copying {local_path} to {self._address}:{remote_path} took longer than {timeout}",
             ) from None
         result = CommandResult(completed.returncode, completed.stdout, completed.stderr)
         error = classify_client_error(self._address, result.returncode, result.stderr)
@@ -300,9 +325,10 @@ class DirectSshRemoteExec:
         if result.returncode != 0:
             raise RemoteCommandFailedError(self._address, f"copying {local_path} to {remote_path}", result)
 
-
     @contextmanager
-    def forward(self, remote_port: int, remote_host: str = "127.0.0.1", local_port: int | None = None) -> Iterator[int]:
+    def forward(
+        self, remote_port: int, remote_host: str = "127.0.0.1", local_port: int | None = None
+    ) -> Iterator[int]:
         """An SSH local forward from 127.0.0.1:<local port> here to remote_host:remote_port as seen
         from the host, open while the context lasts; yields the local port."""
         port = local_port or _free_local_port()
@@ -318,16 +344,20 @@ class DirectSshRemoteExec:
                 return process.poll() is not None or _accepts(port)
 
             try:
-                wait_until(open_or_exited, self._connect_timeout.seconds + 5, 0.05, f"the tunnel to {self._address}")
+                wait_until(
+                    open_or_exited, self._connect_timeout.seconds + 5, 0.05, f"the tunnel to {self._address}"
+                )
             except TimeoutError:
                 raise HostUnreachableError(
-                    self._address, f"the SSH tunnel to {self._address} did not open within {self._connect_timeout}"
+                    self._address,
+                    f"the SSH tunnel to {self._address} did not open within {self._connect_timeout}",
                 ) from None
             if process.poll() is not None:
                 stderr = process.stderr.read() if process.stderr else ""
                 error = classify_client_error(self._address, process.returncode, stderr)
                 raise error or RemoteExecError(
-                    self._address, f"the SSH tunnel to {self._address} exited {process.returncode}: {stderr.strip()}"
+                    self._address,
+                    f"the SSH tunnel to {self._address} exited {process.returncode}: {stderr.strip()}",
                 )
             yield port
         finally:
@@ -417,11 +447,13 @@ class RemoteExecWorkerBase:
     def reboot(self) -> None:
         # The connection drops as the host goes down, so the command's own outcome tells nothing.
         try:
-            self._remote_exec.run("nohup sh -c 'sleep 1; reboot' >/dev/null 2>&1 &", Duration.from_seconds(30))
+            self._remote_exec.run(
+                "nohup sh -c 'sleep 1; reboot' >/dev/null 2>&1 &", Duration.from_seconds(30)
+            )
         except RemoteCommandTimeoutError:
             pass
 
-    def wait_for_connection(self, timeout: Duration, poll_interval: Duration = Duration.from_seconds(5)) -> bool:
+    def wait_for_connection(self, timeout: Duration, poll_interval: Duration = DEFAULT_POLL_INTERVAL) -> bool:
         """Poll until the host runs a command; False if it never did within `timeout`.
 
         A refused key raises AuthenticationRefusedError at once: waiting longer cannot fix it.
@@ -435,7 +467,9 @@ class RemoteExecWorkerBase:
             return True
 
         try:
-            return wait_until(answers, timeout.seconds, poll_interval.seconds, f"{self.internal_address} to answer")
+            return wait_until(
+                answers, timeout.seconds, poll_interval.seconds, f"{self.internal_address} to answer"
+            )
         except TimeoutError:
             return False
 
@@ -446,9 +480,17 @@ class RemoteExecWorkerBase:
 
         Raises RemoteCommandFailedError (exit code and last lines) when it exits non-zero.
         """
-        result = self._remote_exec.run_streaming(
-            f"bash -c {shlex.quote(script)}", on_line or _discard_line, timeout
-        )
+        return self.run_script(script, "the bootstrap script", on_line, timeout)
+
+    def run_script(
+        self,
+        script: str,
+        what: str,
+        on_line: Callable[[str], None] | None = None,
+        timeout: Duration | None = None,
+    ) -> CommandResult:
+        """Run a bash script on the host; RemoteCommandFailedError naming `what` if it exits non-zero."""
+        result = self._remote_exec.run_streaming(f"bash -c {shlex.quote(script)}", on_line or _discard_line, timeout)
         if result.returncode != 0:
-            raise RemoteCommandFailedError(self.internal_address, "the bootstrap script", result)
+            raise RemoteCommandFailedError(self.internal_address, what, result)
         return result
