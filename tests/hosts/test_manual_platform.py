@@ -241,3 +241,27 @@ def test_autoscaler_on_manual_platform_brings_up_a_host_and_runs_a_job(
                 handle.terminate()
     assert state == pb.JOB_STATE_SUCCEEDED
     assert f"inet {hosts[0].address}/24" in output
+
+
+@pytest.mark.parametrize("loss", ["worker killed", "cable cut"])
+def test_manual_ready_slice_fails_when_its_worker_or_host_goes_away(
+    loss: str, hosts: list[SshHost], ssh_key: Path, controller: str, tmp_path: Path
+) -> None:
+    config = cluster_config([hosts[2].address], ssh_key, controller, tmp_path / "bundles")
+    config.defaults.timeouts.ssh_poll_interval.milliseconds = 500
+    platform = ManualPlatform(config)
+    handle = platform.create_slice(slice_config(config), config.defaults.bootstrap)
+    wait_for_state(handle, CloudSliceState.READY)
+
+    if loss == "worker killed":
+        for process in hosts[2].processes():
+            process.kill()
+    else:
+        hosts[2].set_link(False)
+
+    wait_until(lambda: handle.describe().state == CloudSliceState.FAILED, 30, 0.1, "the slice to fail")
+    expected = "stopped running" if loss == "worker killed" else "stopped answering"
+    assert expected in handle.describe().message and hosts[2].address in handle.describe().message
+    assert [state for state, _, _ in handle.history()][-2:] == ["READY", "FAILED"]
+    hosts[2].set_link(True)
+    handle.terminate()

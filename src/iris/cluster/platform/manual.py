@@ -64,6 +64,8 @@ logger = logging.getLogger(__name__)
 _BOOTSTRAP_SLACK = Duration.from_seconds(60)
 _STOP_TIMEOUT = Duration.from_seconds(60)
 _LIST_TIMEOUT = Duration.from_seconds(30)
+# A READY slice's host that fails this many checks in a row (not one lost packet) fails the slice.
+_UNANSWERED_CHECKS_TO_FAIL = 3
 
 
 class HostsExhaustedError(QuotaExhaustedError):
@@ -83,6 +85,7 @@ SLICE_TRANSITIONS: dict[CloudSliceState, dict[CloudSliceState, str]] = {
         CloudSliceState.DELETING: "terminated during bootstrap",
     },
     CloudSliceState.READY: {
+        CloudSliceState.FAILED: "a worker stopped running, or its host stopped answering",
         CloudSliceState.DELETING: "terminated",
     },
     CloudSliceState.FAILED: {
@@ -212,6 +215,7 @@ class ManualPlatform:
         )
         self._ready_timeout = Duration.from_proto(config.defaults.timeouts.init_timeout)
         self._kill_grace_s = config.defaults.timeouts.kill_grace_period.milliseconds / 1000
+        self._check_interval = Duration.from_proto(config.defaults.timeouts.ssh_poll_interval)
         self._storage_dirs = local_storage_dirs(config.storage.bundle_prefix)
         self._lock = threading.Lock()
         self._slices: dict[str, _SliceRecord] = {}
@@ -378,7 +382,31 @@ class ManualPlatform:
         if failures:
             self._fail(record, failures)
             return
-        self._transition(record, CloudSliceState.READY)
+        if self._transition(record, CloudSliceState.READY):
+            self._watch(record)
+
+    def _watch(self, record: _SliceRecord) -> None:
+        """Until the slice ends, check its workers every ssh_poll_interval: a worker that stopped
+        (its marker says dead or is gone) or a host that stopped answering fails the slice."""
+        unanswered = {w.worker_id: 0 for w in record.workers}
+        while not record.cancelled.wait(self._check_interval.seconds) and not self._shutdown.is_set():
+            problems = []
+            for worker in record.workers:
+                try:
+                    output = worker.run_command(list_markers_script(), _LIST_TIMEOUT).stdout
+                except RemoteExecError as exc:
+                    unanswered[worker.worker_id] += 1
+                    if unanswered[worker.worker_id] >= _UNANSWERED_CHECKS_TO_FAIL:
+                        problems.append(f"{worker.internal_address} stopped answering: {exc}".splitlines()[0])
+                    continue
+                unanswered[worker.worker_id] = 0
+                mine = [m for m in parse_markers(output) if m.get("worker_id") == worker.worker_id]
+                if not mine or not mine[0]["alive"]:
+                    problems.append(f"worker {worker.worker_id} on {worker.internal_address} stopped running")
+            if problems and not record.cancelled.is_set():
+                reason = problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                self._fail(record, [reason])
+                return
 
     def _fail(self, record: _SliceRecord, failures: list[str]) -> None:
         # One line for `iris cluster slice list`; the full output is in each host's bootstrap.log.
@@ -456,6 +484,7 @@ class ManualPlatform:
         for host, markers in found.items():
             for marker in markers:
                 by_slice.setdefault(marker["slice_id"], []).append((host, marker))
+        adopted: list[_SliceRecord] = []
         with self._lock:
             for slice_id, members in by_slice.items():
                 if slice_id in self._slices:
@@ -480,6 +509,12 @@ class ManualPlatform:
                 for host, _ in members:
                     self._taken[host] = slice_id
                 logger.info("adopted manual slice %s on %s", slice_id, ", ".join(h for h, _ in members))
+                adopted.append(record)
+        for record in adopted:
+            if record.state == CloudSliceState.READY:
+                threading.Thread(
+                    target=self._watch, args=(record,), name=f"manual-{record.slice_id}", daemon=True
+                ).start()
 
     # ------------------------------------------------------------ logs and the rest
 
