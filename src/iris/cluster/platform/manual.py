@@ -96,7 +96,7 @@ SLICE_TRANSITIONS: dict[CloudSliceState, dict[CloudSliceState, str]] = {
 
 
 class IllegalSliceTransition(PlatformError):
-    pass
+    """A move SLICE_TRANSITIONS does not allow: a bug in the platform, never a user error."""
 
 
 @dataclass
