@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Installs what the container runtime tests need and builds their base image's root filesystem;
-# scripts/test runs it before pytest. Idempotent, and quick when everything is already there.
+# Installs what the container runtime and remote host tests need and builds the runtime tests' base
+# image's root filesystem; scripts/test runs it before pytest. Idempotent, and quick when everything
+# is already there.
 #
-#   - Debian packages: the Docker engine, containerd, runc, the CNI plugins, debootstrap.
+#   - Debian packages: the Docker engine, containerd, runc, the CNI plugins, debootstrap, and for
+#     the SSH hosts (tests/hosts/) the OpenSSH server and client and iproute2.
 #   - A Debian root filesystem (debootstrap minbase + Python, venv and pip) as a tarball under
 #     .iris-test/images/, rebuilt only when what goes into it changes. No image registry is
 #     reachable from the test machines, so tests/runtime/conftest.py `docker import`s it as the
 #     base of every test image (and of containerd's pause image).
 #
-# Daemons are not started here: the test session starts its own dockerd and containerd on
-# private sockets and stops them when it ends. Under CI=true a step that cannot be done fails the
+# Daemons are not started here: the test session starts its own dockerd, containerd and sshds on
+# private sockets, ports and network namespaces and stops them when it ends. Under CI=true a step that cannot be done fails the
 # run; elsewhere it prints why and the tests that need it fail or skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ BASE_PACKAGES=python3,python3-venv,python3-pip
 give_up() {
   echo "scripts/ci_setup.sh: $*" >&2
   if [ "${CI:-}" = "true" ]; then exit 1; fi
-  echo "scripts/ci_setup.sh: continuing without it; the container runtime tests will not pass" >&2
+  echo "scripts/ci_setup.sh: continuing without it; the container runtime and remote host tests will not pass" >&2
   exit 0
 }
 
@@ -37,6 +39,9 @@ command -v containerd >/dev/null 2>&1 || missing+=(containerd)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 command -v debootstrap >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+command -v ip >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/ci_setup.sh: installing ${missing[*]}" >&2
   as_root apt-get update -q >/dev/null || give_up "apt-get update failed (are you root?)"

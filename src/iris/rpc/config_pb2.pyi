@@ -104,7 +104,7 @@ class AutoscalerConfig(_message.Message):
     def __init__(self, evaluation_interval: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scale_up_delay: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scale_down_delay: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., startup_grace_period: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., quota_backoff: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., failure_backoff_max: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class BootstrapConfig(_message.Message):
-    __slots__ = ("docker_image", "task_image", "worker_port", "env_vars", "cache_dir", "runtime", "controller_address")
+    __slots__ = ("docker_image", "task_image", "worker_port", "env_vars", "cache_dir", "runtime", "controller_address", "python_env")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +119,7 @@ class BootstrapConfig(_message.Message):
     CACHE_DIR_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_ENV_FIELD_NUMBER: _ClassVar[int]
     docker_image: str
     task_image: str
     worker_port: int
@@ -126,7 +127,8 @@ class BootstrapConfig(_message.Message):
     cache_dir: str
     runtime: str
     controller_address: str
-    def __init__(self, docker_image: _Optional[str] = ..., task_image: _Optional[str] = ..., worker_port: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., cache_dir: _Optional[str] = ..., runtime: _Optional[str] = ..., controller_address: _Optional[str] = ...) -> None: ...
+    python_env: str
+    def __init__(self, docker_image: _Optional[str] = ..., task_image: _Optional[str] = ..., worker_port: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., cache_dir: _Optional[str] = ..., runtime: _Optional[str] = ..., controller_address: _Optional[str] = ..., python_env: _Optional[str] = ...) -> None: ...
 
 class DefaultsConfig(_message.Message):
     __slots__ = ("timeouts", "ssh", "autoscaler", "bootstrap")

@@ -99,6 +99,7 @@ class ControllerDaemon:
         port: int | None = None,
         bundle_prefix: str | None = None,
         config_path: str | None = None,
+        advertise_host: str | None = None,
     ) -> ControllerDaemon:
         local = config.controller.local if config.controller.WhichOneof("controller") == "local" else None
         if state_dir is None:
@@ -115,6 +116,7 @@ class ControllerDaemon:
             worker_timeout_s=timeouts.worker_timeout.milliseconds / 1000,
             cluster_config=config,
             config_path=config_path,
+            advertise_host=advertise_host,
         )
 
     async def _health(self, request: Request) -> JSONResponse:
@@ -159,8 +161,14 @@ def cli() -> None:
 @click.option("--port", type=int, default=None, help=f"Port (default from config, else {DEFAULT_CONTROLLER_PORT}).")
 @click.option("--state-dir", type=click.Path(file_okay=False), help="Where the SQLite state lives.")
 @click.option("--bundle-prefix", help="Bundle storage URI (file://, s3://, gs://); overrides the config.")
+@click.option("--advertise-host", help="Host name or IP workers and clients use to reach the controller.")
 def serve(
-    config_path: str, host: str | None, port: int | None, state_dir: str | None, bundle_prefix: str | None
+    config_path: str,
+    host: str | None,
+    port: int | None,
+    state_dir: str | None,
+    bundle_prefix: str | None,
+    advertise_host: str | None,
 ) -> None:
     """Serve the controller until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -174,6 +182,7 @@ def serve(
             port,
             bundle_prefix,
             str(Path(config_path).resolve()),
+            advertise_host,
         )
     except (ConfigError, ValueError, PortInUseError, PlatformError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -24,8 +24,12 @@ def create_platform(
             config.defaults.timeouts.kill_grace_period.milliseconds / 1000 or 10.0,
             config_path,
         )
+    if which == "manual":
+        from iris.cluster.platform.manual import ManualPlatform
+
+        return ManualPlatform(config)
     if which is None:
         raise PlatformError("the cluster config names no platform: set platform.local, gcp, manual or coreweave")
     raise PlatformError(
-        f"the {which} platform is not available in this version of Iris; the local platform is"
+        f"the {which} platform is not available in this version of Iris; the local and manual platforms are"
     )

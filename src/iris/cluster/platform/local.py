@@ -33,6 +33,7 @@ from iris.cluster.platform.base import (
     SliceStatus,
     WorkerStatus,
 )
+from iris.cluster.platform.bootstrap import worker_offer_flags
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp, wait_until
 
@@ -68,16 +69,7 @@ def spawn_worker(
         "--worker-id", spec.worker_id,
         "--kill-grace", str(kill_grace_s),
     ]  # fmt: skip
-    if spec.cpu is not None:
-        cmd += ["--cpu", str(spec.cpu)]
-    if spec.memory_bytes is not None:
-        cmd += ["--memory", str(spec.memory_bytes)]
-    if spec.tpu_variant:
-        cmd += ["--tpu", spec.tpu_variant]
-    if spec.gpu_spec:
-        cmd += ["--gpu", spec.gpu_spec]
-    for key, value in spec.attributes.items():
-        cmd += ["--attribute", f"{key}={value}"]
+    cmd += worker_offer_flags(spec.attributes, spec.cpu, spec.memory_bytes, spec.tpu_variant, spec.gpu_spec)
     with open(work_dir / "worker.log", "ab") as log:
         return subprocess.Popen(
             cmd,

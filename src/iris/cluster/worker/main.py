@@ -31,6 +31,7 @@ from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 logger = logging.getLogger("iris.worker")
 
 RUNTIMES = ("process", "docker", "containerd", "kubernetes")
+SLICE_ID_ATTRIBUTE = "slice-id"
 
 
 def normalize_address(address: str) -> str:
@@ -94,7 +95,9 @@ def cli() -> None:
 @click.option("--advertise-host", help="Host name or IP the controller should use to reach this worker.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Bundle cache and task work dirs.")
 @click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help="How tasks run (default: process).")
+@click.option("--task-image", help="Image task containers run in (default: the config's bootstrap.task_image).")
 @click.option("--worker-id", help="Stable id for this worker (default: <hostname>:<port>).")
+@click.option("--slice-id", help="The slice the platform started this worker in (reported as the slice-id attribute).")
 @click.option("--attribute", "attributes", multiple=True, help="KEY=VALUE attribute to report; repeatable.")
 @click.option("--cpu", type=float, help="Cpus to offer instead of the host's count.")
 @click.option("--memory", help="Memory to offer instead of the host's, e.g. 8GB.")
@@ -109,7 +112,9 @@ def serve(
     advertise_host: str | None,
     cache_dir: str | None,
     runtime: str | None,
+    task_image: str | None,
     worker_id: str | None,
+    slice_id: str | None,
     attributes: tuple[str, ...],
     cpu: float | None,
     memory: str | None,
@@ -149,7 +154,10 @@ def serve(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     container_runtime = create_runtime(runtime_name, cache / "runtime")
-    metadata = probe(cache, runtime_name, cpu, memory_bytes, _parse_attributes(attributes), device)
+    reported = _parse_attributes(attributes)
+    if slice_id:
+        reported[SLICE_ID_ATTRIBUTE] = slice_id
+    metadata = probe(cache, runtime_name, cpu, memory_bytes, reported, device)
     try:
         sock = bind_socket(host, port)
     except PortInUseError as exc:
@@ -163,7 +171,7 @@ def serve(
         cache_dir=cache,
         metadata=metadata,
         kill_grace_s=kill_grace_s,
-        task_image=bootstrap.task_image if bootstrap else "",
+        task_image=task_image or (bootstrap.task_image if bootstrap else ""),
         reregister_after_s=max(3 * heartbeat_s, 15.0),
     )
     worker = Worker(settings, container_runtime)
