@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from iris.cluster.controller.scaling_group import ScalingGroup
 from iris.cluster.controller.scheduler import TaskDemand
+from iris.cluster.controller.settings import AutoscalerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.platform.base import (
     CloudSliceState,
@@ -32,6 +33,7 @@ from iris.cluster.platform.base import (
     prepare_slice_config,
 )
 from iris.cluster.types import attribute_from_proto
+from iris.config import DEFAULT_LABEL_PREFIX
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2, time_pb2
 
@@ -87,16 +89,6 @@ class SliceView:
     idle_since_ms: int | None = None
     # READY and every worker registered with the controller.
     registered: bool = False
-
-
-@dataclass(frozen=True)
-class AutoscalerSettings:
-    scale_up_delay_ms: int = 60_000
-    scale_down_delay_ms: int = 300_000
-    quota_backoff_ms: int = 300_000
-    failure_backoff_base_ms: int = 10_000
-    failure_backoff_max_ms: int = 600_000
-    startup_grace_ms: int = 600_000
 
 
 @dataclass
@@ -246,18 +238,9 @@ class Autoscaler:
         self._config = config
         self._controller_address = controller_address
         self._apply_effects = apply_effects
-        self._labels = Labels(config.platform.label_prefix or "iris")
-        auto = config.defaults.autoscaler
-        timeouts = config.defaults.timeouts
-        self.settings = AutoscalerSettings(
-            scale_up_delay_ms=auto.scale_up_delay.milliseconds,
-            scale_down_delay_ms=auto.scale_down_delay.milliseconds,
-            quota_backoff_ms=auto.quota_backoff.milliseconds,
-            failure_backoff_base_ms=max(1000, auto.evaluation_interval.milliseconds),
-            failure_backoff_max_ms=auto.failure_backoff_max.milliseconds,
-            startup_grace_ms=max(auto.startup_grace_period.milliseconds, timeouts.init_timeout.milliseconds),
-        )
-        self._interval_s = evaluation_interval_s or auto.evaluation_interval.milliseconds / 1000 or 10.0
+        self._labels = Labels(config.platform.label_prefix or DEFAULT_LABEL_PREFIX)
+        self.settings = AutoscalerSettings.from_config(config)
+        self._interval_s = evaluation_interval_s or self.settings.evaluation_interval_s
         self.groups = {name: ScalingGroup(group) for name, group in sorted(config.scale_groups.items())}
         self._tracked: dict[str, _Tracked] = {}
         self._idle_since: dict[str, int] = {}

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 
 import pyqwest
 
@@ -20,6 +19,7 @@ from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.scheduler import find_assignments
+from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
 from iris.cluster.types import JobName
 from iris.rpc import cluster_pb2 as pb
@@ -33,16 +33,6 @@ SCHEDULING_COALESCE_S = 0.002
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class ControllerSettings:
-    advertised_address: str
-    heartbeat_interval_s: float = 5.0
-    worker_timeout_s: float = 60.0
-    heartbeat_rpc_timeout_s: float = 10.0
-    # The scheduler also runs this often with no event, for time-based rules such as timeouts.
-    scheduler_fallback_interval_s: float = 1.0
 
 
 class Controller:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, constraint_holds
-from iris.cluster.types import AttributeValue, tpu_topology
+from iris.cluster.types import (
+    ATTR_DEVICE_VARIANT,
+    ATTR_PREEMPTIBLE,
+    ATTR_SCALE_GROUP,
+    ATTR_ZONE,
+    AttributeValue,
+    tpu_topology,
+)
 from iris.rpc import config_pb2
 
 _ACCELERATOR_KIND = {config_pb2.ACCELERATOR_TYPE_GPU: "gpu", config_pb2.ACCELERATOR_TYPE_TPU: "tpu"}
@@ -81,18 +88,18 @@ class ScalingGroup:
 
     def worker_attributes(self, zone: str = "") -> dict[str, AttributeValue]:
         """The attributes its workers will report, for checking constraints before they exist."""
-        attributes: dict[str, AttributeValue] = {"scale-group": self.name}
+        attributes: dict[str, AttributeValue] = {ATTR_SCALE_GROUP: self.name}
         if zone:
-            attributes["zone"] = zone
+            attributes[ATTR_ZONE] = zone
         template = self.config.slice_template
         if template.WhichOneof("platform") == "gcp":
-            attributes["preemptible"] = str(template.gcp.preemptible).lower()
+            attributes[ATTR_PREEMPTIBLE] = str(template.gcp.preemptible).lower()
         if template.WhichOneof("platform") == "local":
-            attributes["zone"] = "local"
+            attributes[ATTR_ZONE] = "local"
             attributes.update(template.local.attributes)
         device = self.worker_device()
         if device is not None:
-            attributes["device-variant"] = device.variant
+            attributes[ATTR_DEVICE_VARIANT] = device.variant
         return attributes
 
     def cannot_serve(self, demand: TaskDemand, gang_size: int) -> str:

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from iris.cluster.types import AttributeValue, Constraint, ConstraintOp
+from iris.cluster.types import ATTR_TPU_WORKER_ID, AttributeValue, Constraint, ConstraintOp
 from iris.config import format_size
 
 
@@ -351,7 +351,7 @@ def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | 
 
 
 def _worker_order(worker: WorkerCapacity) -> tuple:
-    index = worker.attributes.get("tpu-worker-id")
+    index = worker.attributes.get(ATTR_TPU_WORKER_ID)
     return (index if isinstance(index, int) else 1 << 30, worker.worker_id)
 
 

@@ -21,7 +21,7 @@ from iris.cluster.controller.autoscaler import Autoscaler, slice_info
 from iris.cluster.controller.controller import Controller, now_ms
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
-from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
+from iris.cluster.types import ATTR_TPU_NAME, Constraint, JobName, normalize_job_id, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError
@@ -142,7 +142,7 @@ class ControllerServiceImpl:
                 f"(one per host), not {request.replicas}"
             )
         if not request.coscheduling.group_by:
-            request.coscheduling.group_by = "tpu-name"
+            request.coscheduling.group_by = ATTR_TPU_NAME
 
     @_rpc
     async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:
