@@ -21,7 +21,7 @@ from iris.cluster.controller.autoscaler import (
     plan,
 )
 from iris.cluster.controller.scaling_group import ScalingGroup
-from iris.cluster.controller.scheduler import Device, Resources, TaskDemand
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand
 from iris.cluster.types import Constraint, ConstraintOp
 from iris.rpc import config_pb2
 

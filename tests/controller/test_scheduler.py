@@ -11,15 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iris.cluster.controller.scheduler import (
-    Device,
-    Resources,
-    SchedulingResult,
-    TaskDemand,
-    WorkerCapacity,
-    constraint_holds,
-    find_assignments,
-)
+from iris.cluster.controller.scheduler import SchedulingResult, constraint_holds, find_assignments
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import Constraint, ConstraintOp
 
 GB = 1000**3

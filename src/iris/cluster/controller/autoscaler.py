@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from iris.cluster.controller.scaling_group import ScalingGroup
-from iris.cluster.controller.scheduler import TaskDemand
+from iris.cluster.controller.scheduling_types import TaskDemand
 from iris.cluster.controller.settings import AutoscalerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.platform.base import (

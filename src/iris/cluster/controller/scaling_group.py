@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, constraint_holds
+from iris.cluster.controller.scheduler import constraint_holds
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand
 from iris.cluster.types import (
     ATTR_DEVICE_VARIANT,
     ATTR_PREEMPTIBLE,

@@ -18,7 +18,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, WorkerCapacity
+from iris.cluster.controller.scheduling_types import (
+    Device,
+    Resources,
+    TaskDemand,
+    WorkerCapacity,
+    device_from_proto,
+)
 from iris.cluster.controller.transitions import (
     JOB_TRANSITIONS,
     AttemptOutcome,
@@ -478,16 +484,11 @@ class ControllerStore:
         if template is None:
             request = self.request_for(job_id)
             spec = request.resources
-            device = None
-            kind = spec.device.WhichOneof("device")
-            if kind is not None:
-                chosen = getattr(spec.device, kind)
-                device = Device(kind, chosen.variant, chosen.count)
             template = TaskDemand(
                 task_id="",
                 job_id=job_id,
                 resources=Resources(spec.cpu_millicores, spec.memory_bytes, spec.disk_bytes),
-                device=device,
+                device=device_from_proto(spec.device),
                 constraints=tuple(Constraint.from_proto(c) for c in request.constraints),
                 gang_group_by=request.coscheduling.group_by,
             )
@@ -553,7 +554,7 @@ class ControllerStore:
         offer = (
             Resources(meta.cpu_millicores, meta.memory_bytes, meta.disk_bytes),
             {k: attribute_from_proto(v) for k, v in meta.attributes.items()},
-            _worker_device(meta),
+            device_from_proto(meta.device),
         )
         self._worker_offers[row["worker_id"]] = (row["registered_at_ms"], offer)
         return offer
@@ -1357,10 +1358,3 @@ class ControllerStore:
             for r in rows
         ]
 
-
-def _worker_device(meta: pb.WorkerMetadata) -> Device | None:
-    kind = meta.device.WhichOneof("device")
-    if kind is None:
-        return None
-    offered = getattr(meta.device, kind)
-    return Device(kind, offered.variant, offered.count)
