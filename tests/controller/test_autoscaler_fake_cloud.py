@@ -1,7 +1,7 @@
 """The Autoscaler against a real ControllerStore (SQLite in tmp_path) and the fake cloud platform.
 
-Time is a `FakeClock` that both the fake cloud and the autoscaler read (the module's `_ms` is
-patched), so slices move CREATING -> BOOTSTRAPPING -> READY and delays pass only when a test
+Time is a `FakeClock` that both the fake cloud and the autoscaler read (it is the autoscaler's
+injected clock), so slices move CREATING -> BOOTSTRAPPING -> READY and delays pass only when a test
 advances the clock: no sleeps, no threads (`evaluate()` is called directly, as the autoscaler's
 loop would). Workers "register" by the test writing them into the store with the slice's
 attributes, as the worker daemons of a READY slice do; the scheduler runs when a test says so.
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import iris.cluster.controller.autoscaler as autoscaler_module
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects
@@ -112,7 +111,9 @@ class Env:
 
     def new_autoscaler(self, config: config_pb2.IrisClusterConfig | None = None) -> Autoscaler:
         """A (re)started controller's autoscaler on the same store and cloud."""
-        return Autoscaler(self.store, self.platform, config or self.config, CONTROLLER, self.effects.append)
+        return Autoscaler(
+            self.store, self.platform, config or self.config, CONTROLLER, self.effects.append, clock=self.clock
+        )
 
     # -- time and evaluations
 
@@ -196,10 +197,8 @@ class Env:
 
 
 @pytest.fixture
-def clock(monkeypatch) -> FakeClock:
-    clock = FakeClock()
-    monkeypatch.setattr(autoscaler_module, "_ms", clock)
-    return clock
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 def make_env(tmp_path: Path, clock: FakeClock, *groups: config_pb2.ScaleGroupConfig, **kwargs) -> Env:

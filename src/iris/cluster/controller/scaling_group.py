@@ -7,6 +7,8 @@ tested without a platform, a store or a real clock.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iris.cluster.controller.scheduler import constraint_holds
@@ -35,6 +37,30 @@ class ScalingGroup:
     # When demand routed to this group was first seen unmet (None: no demand now).
     demand_since_ms: int | None = None
     last_scale_up_ms: int = 0
+
+    @classmethod
+    def restore(cls, config: config_pb2.ScaleGroupConfig, saved: Mapping | None) -> ScalingGroup:
+        """The group with the bookkeeping a previous controller persisted (see `bookkeeping()`)."""
+        group = cls(config)
+        if saved is not None:
+            group.blocked_zones = {z: (until, why) for z, (until, why) in json.loads(saved["blocked_zones"]).items()}
+            group.backoff_until_ms = saved["backoff_until_ms"]
+            group.consecutive_failures = saved["consecutive_failures"]
+            group.last_failure = saved["last_failure"]
+            group.demand_since_ms = saved["demand_since_ms"]
+            group.last_scale_up_ms = saved["last_scale_up_ms"]
+        return group
+
+    def bookkeeping(self) -> dict[str, int | str | None]:
+        """What the store keeps of the group between controller runs."""
+        return {
+            "blocked_zones": json.dumps(self.blocked_zones, sort_keys=True),
+            "backoff_until_ms": self.backoff_until_ms,
+            "consecutive_failures": self.consecutive_failures,
+            "last_failure": self.last_failure,
+            "demand_since_ms": self.demand_since_ms,
+            "last_scale_up_ms": self.last_scale_up_ms,
+        }
 
     @property
     def name(self) -> str:

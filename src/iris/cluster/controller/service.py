@@ -17,7 +17,8 @@ from typing import TypeVar
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.cluster.controller.autoscaler import Autoscaler, slice_info
+from iris.cluster.controller import render
+from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller, now_ms
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
@@ -248,14 +249,14 @@ class ControllerServiceImpl:
     async def list_slices(self, request: pb.ListSlicesRequest, ctx) -> pb.ListSlicesResponse:
         rows = self._store.slices(include_deleted=request.include_deleted)
         return pb.ListSlicesResponse(
-            slices=[slice_info(r) for r in rows if not request.scale_group or r["scale_group"] == request.scale_group]
+            slices=[render.slice_info(r) for r in rows if not request.scale_group or r["scale_group"] == request.scale_group]
         )
 
     @_rpc
     async def get_slice(self, request: pb.GetSliceRequest, ctx) -> pb.SliceInfo:
         for row in self._store.slices(include_deleted=True):
             if row["slice_id"] == request.slice_id:
-                return slice_info(row, history=self._store.slice_history(request.slice_id))
+                return render.slice_info(row, self._store.slice_history(request.slice_id))
         raise NotFoundError(f"slice {request.slice_id} not found")
 
     @_rpc
@@ -263,7 +264,7 @@ class ControllerServiceImpl:
         autoscaler = self._autoscaler()
         slice_id = await asyncio.to_thread(autoscaler.create_slice, request.scale_group)
         row = next(r for r in self._store.slices() if r["slice_id"] == slice_id)
-        return pb.CreateSliceResponse(slice=slice_info(row))
+        return pb.CreateSliceResponse(slice=render.slice_info(row))
 
     @_rpc
     async def terminate_slice(self, request: pb.TerminateSliceRequest, ctx) -> pb.TerminateSliceResponse:
