@@ -405,7 +405,8 @@ class Autoscaler:
         for row in self._store.slices():
             slice_id = row["slice_id"]
             own = members.get(slice_id, [])
-            is_registered = row["state"] == SliceState.READY and _all_registered(row, own)
+            expected = json.loads(row["worker_ids"])
+            is_registered = row["state"] == SliceState.READY and slice_registered(expected, healthy_members(own))
             idle_since = row["idle_since_ms"]
             if is_registered and not any(w["busy"] for w in own):
                 if idle_since is None:
@@ -459,21 +460,15 @@ class Autoscaler:
         """A READY slice whose workers never register is as good as failed."""
         if row["state"] != SliceState.READY or row["ready_at_ms"] is None:
             return
-        own = self._store.slice_members().get(slice_id, [])
-        if _all_registered(row, own):
+        expected = json.loads(row["worker_ids"])
+        healthy = healthy_members(self._store.slice_members().get(slice_id, []))
+        if slice_registered(expected, healthy):
             # Registered: the deadline no longer applies, even across a controller restart.
             self._store.update_slice_bookkeeping(slice_id, ready_at_ms=None)
             return
-        if now - row["ready_at_ms"] < self.settings.startup_grace_ms:
-            return
-        self._slice_failed(
-            slice_id,
-            entry,
-            row["state"],
-            f"{_missing_workers(row, own)} did not register within the startup grace period "
-            f"({self.settings.startup_grace_ms / 1000:.0f}s)",
-            never_usable=True,
-        )
+        failure = registration_failure(expected, healthy, row["ready_at_ms"], now, self.settings.startup_grace_ms)
+        if failure:
+            self._slice_failed(slice_id, entry, row["state"], failure, never_usable=True)
 
     def _slice_failed(
         self, slice_id: str, entry: _Tracked, current: str, reason: str, never_usable: bool = False
@@ -619,21 +614,22 @@ class Autoscaler:
         return response
 
 
-def _healthy_members(members: list) -> set[str]:
+def healthy_members(members: list) -> set[str]:
     return {w["worker_id"] for w in members if w["state"] == pb.WORKER_STATE_HEALTHY}
 
 
-def _all_registered(row, members: list) -> bool:
+def slice_registered(expected: list[str], healthy: set[str]) -> bool:
     """Every worker the platform started for the slice registered with its slice id. Workers
     are counted, not matched by name: a worker may register under its own id (host:port)."""
-    expected = json.loads(row["worker_ids"])
-    return bool(expected) and len(_healthy_members(members)) >= len(expected)
+    return bool(expected) and len(healthy) >= len(expected)
 
 
-def _missing_workers(row, members: list) -> str:
-    expected = json.loads(row["worker_ids"])
-    healthy = _healthy_members(members)
+def registration_failure(expected: list[str], healthy: set[str], ready_at_ms: int, now_ms: int, grace_ms: int) -> str:
+    """Why a READY slice counts as failed: its workers did not all register within the startup
+    grace; "" while they have, or may still."""
+    if slice_registered(expected, healthy) or now_ms - ready_at_ms < grace_ms:
+        return ""
     missing = sorted(set(expected) - healthy)
-    if len(missing) == len(expected) - len(healthy):
-        return f"worker(s) {', '.join(missing)}"
-    return f"{len(expected) - len(healthy)} of {len(expected)} worker(s)"
+    short = len(expected) - len(healthy)
+    who = f"worker(s) {', '.join(missing)}" if len(missing) == short else f"{short} of {len(expected)} worker(s)"
+    return f"{who} did not register within the startup grace period ({grace_ms / 1000:.0f}s)"
