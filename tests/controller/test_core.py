@@ -25,7 +25,11 @@ class Harness:
         self.store = ControllerStore(path)
         settings = ControllerSettings(CONTROLLER, worker_timeout_s=WORKER_TIMEOUT_MS / 1000)
         self.core = ControllerCore(
-            self.store, settings, clock=lambda: self.now, start_round=self.started.append, wake_scheduler=self.wake
+            self.store,
+            settings,
+            clock=lambda: self.now,
+            start_round=self.started.append,
+            wake_scheduler=self.wake,
         )
 
     def wake(self) -> None:

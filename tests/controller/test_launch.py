@@ -19,7 +19,9 @@ MAX_BUNDLE = 1024
 
 
 def command_request(**fields) -> pb.LaunchJobRequest:
-    request = pb.LaunchJobRequest(entrypoint=pb.Entrypoint(command=pb.CommandEntrypoint(argv=["true"])), **fields)
+    request = pb.LaunchJobRequest(
+        entrypoint=pb.Entrypoint(command=pb.CommandEntrypoint(argv=["true"])), **fields
+    )
     return request
 
 
@@ -30,9 +32,14 @@ def command_request(**fields) -> pb.LaunchJobRequest:
         (pb.LaunchJobRequest(entrypoint=pb.Entrypoint(command=pb.CommandEntrypoint())), "has no arguments"),
         (command_request(replicas=-1), "replicas must be >= 0"),
         (command_request(resources=pb.ResourceSpec(cpu_millicores=-1)), "cannot be negative"),
-        (command_request(replicas=1, coscheduling=pb.CoschedulingConfig(group_by="tpu-name")), "replicas to 2"),
         (
-            command_request(replicas=2, max_task_failures=1, coscheduling=pb.CoschedulingConfig(group_by="rack")),
+            command_request(replicas=1, coscheduling=pb.CoschedulingConfig(group_by="tpu-name")),
+            "replicas to 2",
+        ),
+        (
+            command_request(
+                replicas=2, max_task_failures=1, coscheduling=pb.CoschedulingConfig(group_by="rack")
+            ),
             "max_task_failures must be 0",
         ),
         (command_request(bundle_blob=b"x" * (MAX_BUNDLE + 1)), "over the controller's limit"),

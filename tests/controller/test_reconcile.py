@@ -33,11 +33,15 @@ def running(task_id: str, attempt_id: int = 0, worker_id: str = "w1", **counts: 
     return TaskRecord(task_id, task_id.rsplit("/", 1)[0], RUNNING, attempt_id, worker_id, **counts)
 
 
-def attempt(task_id: str, attempt_id: int = 0, worker_id: str = "w1", state: int = RUNNING, delivered: bool = True):
+def attempt(
+    task_id: str, attempt_id: int = 0, worker_id: str = "w1", state: int = RUNNING, delivered: bool = True
+):
     return AttemptRecord(task_id, attempt_id, worker_id, state, delivered)
 
 
-def snapshot(tasks: list[TaskRecord], attempts: list[AttemptRecord], budget: Budget, gang: bool = False) -> Snapshot:
+def snapshot(
+    tasks: list[TaskRecord], attempts: list[AttemptRecord], budget: Budget, gang: bool = False
+) -> Snapshot:
     jobs = {t.job_id for t in tasks}
     gang_tasks = {job: [t.task_id for t in tasks if t.job_id == job] for job in jobs} if gang else {}
     return Snapshot(
@@ -50,7 +54,9 @@ def task_changes(decisions) -> list[tuple[str, int, int]]:
 
 
 def attempt_changes(decisions) -> list[tuple[str, int, int, int]]:
-    return [(c.task_id, c.attempt_id, c.old, c.new) for c in decisions.changes if isinstance(c, AttemptChange)]
+    return [
+        (c.task_id, c.attempt_id, c.old, c.new) for c in decisions.changes if isinstance(c, AttemptChange)
+    ]
 
 
 def only_task_change(decisions) -> TaskChange:
@@ -77,7 +83,9 @@ def test_reconcile_failed_attempt_with_failure_budget_left_is_retried_and_charge
 
 
 def test_reconcile_failed_attempt_past_failure_budget_fails_task_quoting_its_output():
-    state = snapshot([running("/j/0", 1, failure_count=1)], [attempt("/j/0", 1)], Budget(max_retries_failure=1))
+    state = snapshot(
+        [running("/j/0", 1, failure_count=1)], [attempt("/j/0", 1)], Budget(max_retries_failure=1)
+    )
     report = Report("/j/0", 1, pb.TASK_STATE_FAILED, exit_code=3, error="exit 3")
 
     decisions, _ = on_heartbeat("w1", [("/j/0", 1)], {report.key: report}, state, {("/j/0", 1): ["boom"]})
@@ -88,7 +96,9 @@ def test_reconcile_failed_attempt_past_failure_budget_fails_task_quoting_its_out
 
 
 def test_reconcile_worker_loss_spends_preemption_budget_not_failure_budget():
-    state = snapshot([running("/j/0")], [attempt("/j/0")], Budget(max_retries_failure=0, max_retries_preemption=1))
+    state = snapshot(
+        [running("/j/0")], [attempt("/j/0")], Budget(max_retries_failure=0, max_retries_preemption=1)
+    )
 
     decisions = on_worker_lost("w1", "preempted", [attempt("/j/0")], state)
 
@@ -98,7 +108,9 @@ def test_reconcile_worker_loss_spends_preemption_budget_not_failure_budget():
 
 
 def test_reconcile_worker_loss_past_preemption_budget_is_worker_failed_with_limit_named():
-    state = snapshot([running("/j/0", preemption_count=2)], [attempt("/j/0")], Budget(max_retries_preemption=2))
+    state = snapshot(
+        [running("/j/0", preemption_count=2)], [attempt("/j/0")], Budget(max_retries_preemption=2)
+    )
 
     decisions = on_worker_lost("w1", "preempted", [attempt("/j/0")], state)
 
@@ -200,8 +212,16 @@ def test_reconcile_progress_report_moves_attempt_and_task_with_ports():
 
 
 def test_reconcile_gang_member_retried_restarts_running_siblings_without_charging_them():
-    tasks = [running("/g/0", worker_id="w1"), running("/g/1", worker_id="w2"), running("/g/2", worker_id="w3")]
-    attempts = [attempt("/g/0", worker_id="w1"), attempt("/g/1", worker_id="w2"), attempt("/g/2", worker_id="w3")]
+    tasks = [
+        running("/g/0", worker_id="w1"),
+        running("/g/1", worker_id="w2"),
+        running("/g/2", worker_id="w3"),
+    ]
+    attempts = [
+        attempt("/g/0", worker_id="w1"),
+        attempt("/g/1", worker_id="w2"),
+        attempt("/g/2", worker_id="w3"),
+    ]
     state = snapshot(tasks, attempts, Budget(max_retries_failure=1, gang=True), gang=True)
     report = Report("/g/0", 0, pb.TASK_STATE_FAILED, error="exit 1")
 
@@ -213,14 +233,19 @@ def test_reconcile_gang_member_retried_restarts_running_siblings_without_chargin
         ("/g/2", RUNNING, PENDING),
     ]
     siblings = [c for c in decisions.changes if isinstance(c, TaskChange) and c.task_id != "/g/0"]
-    assert all(c.failure_count is None and c.pending_reason == "waiting to be retried with its gang" for c in siblings)
+    assert all(
+        c.failure_count is None and c.pending_reason == "waiting to be retried with its gang"
+        for c in siblings
+    )
     assert decisions.kills == [("w2", "/g/1", 0), ("w3", "/g/2", 0)]
     assert ("/g/1", 0, RUNNING, pb.TASK_STATE_KILLED) in attempt_changes(decisions)
 
 
 def test_reconcile_gang_sibling_report_after_restart_changes_nothing_more():
     tasks = [running("/g/0"), running("/g/1")]
-    state = snapshot(tasks, [attempt("/g/0"), attempt("/g/1")], Budget(max_retries_failure=1, gang=True), gang=True)
+    state = snapshot(
+        tasks, [attempt("/g/0"), attempt("/g/1")], Budget(max_retries_failure=1, gang=True), gang=True
+    )
     reports = {
         ("/g/0", 0): Report("/g/0", 0, pb.TASK_STATE_FAILED, error="exit 1"),
         ("/g/1", 0): Report("/g/1", 0, pb.TASK_STATE_SUCCEEDED),
@@ -241,7 +266,10 @@ def test_reconcile_kill_ends_live_tasks_and_kills_only_attempts_that_run():
 
     decisions = on_kill([running("/j/0"), pending], "terminated by user", state)
 
-    assert task_changes(decisions) == [("/j/0", RUNNING, pb.TASK_STATE_KILLED), ("/j/1", PENDING, pb.TASK_STATE_KILLED)]
+    assert task_changes(decisions) == [
+        ("/j/0", RUNNING, pb.TASK_STATE_KILLED),
+        ("/j/1", PENDING, pb.TASK_STATE_KILLED),
+    ]
     assert decisions.kills == [("w1", "/j/0", 0)]
     assert decisions.touched_jobs == set()
 

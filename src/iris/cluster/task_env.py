@@ -58,7 +58,9 @@ class TaskEnv:
         """The task's identity, or None outside an Iris task."""
         if JOB_ID not in env:
             return None
-        ports = {k.removeprefix(PORT_PREFIX).lower(): int(v) for k, v in env.items() if k.startswith(PORT_PREFIX)}
+        ports = {
+            k.removeprefix(PORT_PREFIX).lower(): int(v) for k, v in env.items() if k.startswith(PORT_PREFIX)
+        }
         return cls(
             job_id=env[JOB_ID],
             task_id=env.get(TASK_ID, ""),

@@ -123,18 +123,41 @@ def plan(
     demand that only unavailable groups could serve is reported with their reason. Slices being
     created count as capacity on the way, so a slow bootstrap does not trigger more requests, and
     a group with any demand routed to it never loses a slice: that is what keeps a waiting gang
-    from making the autoscaler add and remove slices in turn.
+    from making the autoscaler add and remove slices in turn. The groups' bookkeeping that follows
+    (since when demand waits) comes back in the plan for the caller to record.
     """
     result = Plan()
     ordered = sorted(groups, key=lambda g: (g.priority, g.name))
     by_group: dict[str, list[SliceView]] = {g.name: [s for s in slices if s.group == g.name] for g in groups}
-    live = {
-        g.name: [s for s in by_group[g.name] if s.state in LIVE_SLICE_STATES] for g in groups
-    }
+    live = {g.name: [s for s in by_group[g.name] if s.state in LIVE_SLICE_STATES] for g in groups}
     room = {g.name: max(0, g.max_slices - len(live[g.name])) for g in groups}
     states = {g.name: group_state(g, by_group[g.name], now_ms) for g in groups}
-    need: dict[str, float] = collections.defaultdict(float)
+    need = _route_demand(ordered, units, states, room, now_ms, result)
+    for group in ordered:
+        name = group.name
+        waited_since = group.demand_since_ms if group.demand_since_ms is not None else now_ms
+        result.demand_since[name] = waited_since if result.demand.get(name) else None
+        add = _slices_to_add(group, live[name], need.get(name, 0), now_ms, settings, result)
+        if states[name] != "available":
+            add = 0
+        add = min(add, room[name], MAX_SCALE_UPS_PER_EVALUATION)
+        if add:
+            result.scale_up[name] = add
+        if not result.demand.get(name):
+            result.scale_down.extend((name, s) for s in _idle_to_remove(group, live[name], now_ms, settings))
+    return result
 
+
+def _route_demand(
+    ordered: list[ScalingGroup],
+    units: list[DemandUnit],
+    states: dict[str, str],
+    room: dict[str, int],
+    now_ms: int,
+    result: Plan,
+) -> dict[str, float]:
+    """Route each unit to a group; returns the slices' worth of demand each group got."""
+    need: dict[str, float] = collections.defaultdict(float)
     for unit in units:
         # Work that needs no accelerator goes to plain groups first: buying a TPU host for it is a waste.
         candidates = ordered if unit.demand.device is not None else sorted(ordered, key=lambda g: g.worker_device() is not None)
@@ -155,52 +178,52 @@ def plan(
             need[chosen.name] += 1
         else:
             need[chosen.name] += 1 / chosen.tasks_per_slice(unit.demand)
+    return need
 
-    for group in ordered:
-        name = group.name
-        waited_since = group.demand_since_ms if group.demand_since_ms is not None else now_ms
-        result.demand_since[name] = waited_since if result.demand.get(name) else None
-        group_slices = live[name]
-        coming = sum(
-            1
-            for s in group_slices
-            if s.state in IN_FLIGHT_SLICE_STATES or (s.state == SliceState.READY and not s.registered)
-        )
-        wanted = math.ceil(need.get(name, 0) - 1e-9)
-        delayed = (
-            group.demand_since_ms is not None and now_ms - group.demand_since_ms < settings.scale_up_delay_ms
-        )
-        add = 0
-        if wanted > coming and not delayed:
-            add = wanted - coming
-            result.reasons[name] = f"{result.demand.get(name, 0)} pending unit(s) need {wanted} more slice(s)"
-        elif wanted > coming:
-            wait_s = (settings.scale_up_delay_ms - (now_ms - (group.demand_since_ms or now_ms))) / 1000
-            result.unmet.setdefault(name, f"waiting {wait_s:.0f}s more (scale_up_delay) before adding slices")
-        if len(group_slices) < group.min_slices:
-            if group.min_slices - len(group_slices) > add:
-                result.reasons[name] = f"below min_slices ({len(group_slices)} < {group.min_slices})"
-            add = max(add, group.min_slices - len(group_slices))
-        if states[name] != "available":
-            add = 0
-        add = min(add, room[name], MAX_SCALE_UPS_PER_EVALUATION)
-        if add:
-            result.scale_up[name] = add
 
-        if result.demand.get(name):
-            continue
-        idle = sorted(
-            (s for s in group_slices if s.state == SliceState.READY and s.idle_since_ms is not None),
-            key=lambda s: s.idle_since_ms or 0,
-        )
-        removable = len(group_slices) - group.min_slices
-        for view in idle:
-            if removable <= 0:
-                break
-            if now_ms - (view.idle_since_ms or now_ms) >= settings.scale_down_delay_ms:
-                result.scale_down.append((name, view.slice_id))
-                removable -= 1
-    return result
+def _slices_to_add(
+    group: ScalingGroup, group_slices: list[SliceView], need: float, now_ms: int, settings: AutoscalerSettings, result: Plan
+) -> int:
+    """Slices the group's demand and min_slices call for, before availability and max limits."""
+    name = group.name
+    coming = sum(
+        1
+        for s in group_slices
+        if s.state in IN_FLIGHT_SLICE_STATES or (s.state == SliceState.READY and not s.registered)
+    )
+    wanted = math.ceil(need - 1e-9)
+    delayed = group.demand_since_ms is not None and now_ms - group.demand_since_ms < settings.scale_up_delay_ms
+    add = 0
+    if wanted > coming and not delayed:
+        add = wanted - coming
+        result.reasons[name] = f"{result.demand.get(name, 0)} pending unit(s) need {wanted} more slice(s)"
+    elif wanted > coming:
+        wait_s = (settings.scale_up_delay_ms - (now_ms - (group.demand_since_ms or now_ms))) / 1000
+        result.unmet.setdefault(name, f"waiting {wait_s:.0f}s more (scale_up_delay) before adding slices")
+    if len(group_slices) < group.min_slices:
+        if group.min_slices - len(group_slices) > add:
+            result.reasons[name] = f"below min_slices ({len(group_slices)} < {group.min_slices})"
+        add = max(add, group.min_slices - len(group_slices))
+    return add
+
+
+def _idle_to_remove(
+    group: ScalingGroup, group_slices: list[SliceView], now_ms: int, settings: AutoscalerSettings
+) -> list[str]:
+    """Slices idle past scale_down_delay, longest idle first, never going below min_slices."""
+    idle = sorted(
+        (s for s in group_slices if s.state == SliceState.READY and s.idle_since_ms is not None),
+        key=lambda s: s.idle_since_ms or 0,
+    )
+    removable = len(group_slices) - group.min_slices
+    removed = []
+    for view in idle:
+        if removable <= 0:
+            break
+        if now_ms - (view.idle_since_ms or now_ms) >= settings.scale_down_delay_ms:
+            removed.append(view.slice_id)
+            removable -= 1
+    return removed
 
 
 def _unavailable_reason(group: ScalingGroup, state: str, now_ms: int) -> str:

@@ -33,7 +33,9 @@ def run_request(
     if request.resources.device.HasField("tpu"):
         tpu_name = worker.attributes.get(ATTR_TPU_NAME)
         env.update(
-            tpu_env(attempt["task_index"], gang_hosts, str(attribute_from_proto(tpu_name)) if tpu_name else "")
+            tpu_env(
+                attempt["task_index"], gang_hosts, str(attribute_from_proto(tpu_name)) if tpu_name else ""
+            )
         )
     return pb.RunTaskRequest(
         task_id=attempt["task_id"],

@@ -15,7 +15,9 @@ from iris.cluster.types import task_state_name
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 
-ACTIVE_ATTEMPT_SQL = ",".join(str(s) for s in (pb.TASK_STATE_ASSIGNED, pb.TASK_STATE_BUILDING, pb.TASK_STATE_RUNNING))
+ACTIVE_ATTEMPT_SQL = ",".join(
+    str(s) for s in (pb.TASK_STATE_ASSIGNED, pb.TASK_STATE_BUILDING, pb.TASK_STATE_RUNNING)
+)
 
 
 def timestamp(ms: int | None) -> time_pb2.Timestamp | None:
@@ -30,7 +32,9 @@ def history(conn: sqlite3.Connection, kind: str, entity_id: str) -> list[pb.Stat
             reason=r["reason"],
             at=time_pb2.Timestamp(epoch_ms=r["at_ms"]),
         )
-        for r in conn.execute("SELECT * FROM transitions WHERE kind=? AND entity_id=? ORDER BY id", (kind, entity_id))
+        for r in conn.execute(
+            "SELECT * FROM transitions WHERE kind=? AND entity_id=? ORDER BY id", (kind, entity_id)
+        )
     ]
 
 
@@ -66,7 +70,9 @@ def job_status(
     if include_tasks:
         status.tasks.extend(
             task_status(conn, t)
-            for t in conn.execute("SELECT * FROM tasks WHERE job_id=? ORDER BY task_index", (job["job_id"],)).fetchall()
+            for t in conn.execute(
+                "SELECT * FROM tasks WHERE job_id=? ORDER BY task_index", (job["job_id"],)
+            ).fetchall()
         )
         status.history.extend(history(conn, "job", job["job_id"]))
     return status
@@ -91,7 +97,9 @@ def task_status(conn: sqlite3.Connection, task: sqlite3.Row) -> pb.TaskStatus:
         ports=json.loads(task["ports"]),
     )
     if task["worker_id"]:
-        worker = conn.execute("SELECT address FROM workers WHERE worker_id=?", (task["worker_id"],)).fetchone()
+        worker = conn.execute(
+            "SELECT address FROM workers WHERE worker_id=?", (task["worker_id"],)
+        ).fetchone()
         status.worker_address = worker["address"] if worker else ""
     for a in conn.execute("SELECT * FROM attempts WHERE task_id=? ORDER BY attempt_id", (task["task_id"],)):
         status.attempts.append(
@@ -130,7 +138,9 @@ def worker_infos(conn: sqlite3.Connection) -> list[pb.WorkerInfo]:
                 last_heartbeat=timestamp(w["last_heartbeat_ms"]),
                 running_task_ids=running.get(w["worker_id"], []),
                 committed=pb.ResourceSpec(
-                    cpu_millicores=used.cpu_millicores, memory_bytes=used.memory_bytes, disk_bytes=used.disk_bytes
+                    cpu_millicores=used.cpu_millicores,
+                    memory_bytes=used.memory_bytes,
+                    disk_bytes=used.disk_bytes,
                 ),
                 error=w["error"],
             )

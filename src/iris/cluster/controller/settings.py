@@ -63,5 +63,6 @@ class AutoscalerSettings:
             failure_backoff_base_ms=max(MIN_FAILURE_BACKOFF_MS, auto.evaluation_interval.milliseconds),
             failure_backoff_max_ms=auto.failure_backoff_max.milliseconds,
             startup_grace_ms=max(auto.startup_grace_period.milliseconds, timeouts.init_timeout.milliseconds),
-            evaluation_interval_s=auto.evaluation_interval.milliseconds / 1000 or DEFAULT_EVALUATION_INTERVAL.seconds,
+            evaluation_interval_s=auto.evaluation_interval.milliseconds / 1000
+            or DEFAULT_EVALUATION_INTERVAL.seconds,
         )
