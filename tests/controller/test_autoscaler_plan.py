@@ -817,7 +817,7 @@ def scenarios(draw):
     return groups, slices, demand_units(demands), scale_settings
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_plan_property_respects_max_min_and_never_shrinks_a_group_with_demand(scenario):
     groups, slices, units, scale_settings = scenario

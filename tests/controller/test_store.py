@@ -1136,7 +1136,7 @@ def _check_invariants(cluster: Cluster, job_ids: list[str], workers: list[FakeWo
                 assert task.pending_reason, task
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations=_operations)
 def test_store_property_random_operations_keep_invariants(tmp_path_factory, operations):
     """Whatever order submits, placements, worker reports, worker restarts and losses, and
