@@ -367,10 +367,11 @@ class ControllerStore(StoreReads):
                 "worker", plan.worker_id, worker["state"], pb.WORKER_STATE_HEALTHY, "heartbeat ok", now_ms,
                 last_heartbeat_ms=now_ms, error="",
             )  # fmt: skip
-            db.executemany(
-                "UPDATE attempts SET delivered=1 WHERE task_id=? AND attempt_id=?",
-                [(run.task_id, run.attempt_id) for run in plan.to_run],
-            )
+            if plan.to_run:
+                db.executemany(
+                    "UPDATE attempts SET delivered=1 WHERE task_id=? AND attempt_id=?",
+                    [(run.task_id, run.attempt_id) for run in plan.to_run],
+                )
             expected = [(e.task_id, e.attempt_id) for e in plan.expected]
             if not expected and not statuses:
                 return [], effects
