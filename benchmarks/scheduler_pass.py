@@ -29,14 +29,8 @@ import statistics
 import time
 
 from benchmarks.common import Row, Target, percentile
-from iris.cluster.controller.scheduler import (
-    Device,
-    Resources,
-    SchedulingResult,
-    TaskDemand,
-    WorkerCapacity,
-    find_assignments,
-)
+from iris.cluster.controller.scheduler import SchedulingResult, find_assignments
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import Constraint
 
 TASKS = 10_000

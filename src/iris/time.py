@@ -19,6 +19,15 @@ from iris.rpc import time_pb2
 
 T = TypeVar("T")
 
+# A source of "now" in epoch milliseconds; components that decide by time take one so tests can
+# drive them with a clock they advance.
+Clock = Callable[[], int]
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds: the one clock the daemons read."""
+    return time.time_ns() // 1_000_000
+
 _MS_PER_UNIT: dict[str, int] = {
     "d": 86_400_000,
     "h": 3_600_000,
@@ -107,7 +116,7 @@ class Timestamp:
 
     @classmethod
     def now(cls) -> Timestamp:
-        return cls(time.time_ns() // 1_000_000)
+        return cls(now_ms())
 
     @classmethod
     def from_seconds(cls, epoch_seconds: float) -> Timestamp:

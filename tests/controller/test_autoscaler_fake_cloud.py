@@ -1,7 +1,7 @@
 """The Autoscaler against a real ControllerStore (SQLite in tmp_path) and the fake cloud platform.
 
-Time is a `FakeClock` that both the fake cloud and the autoscaler read (the module's `_ms` is
-patched), so slices move CREATING -> BOOTSTRAPPING -> READY and delays pass only when a test
+Time is a `FakeClock` that both the fake cloud and the autoscaler read (it is the autoscaler's
+injected clock), so slices move CREATING -> BOOTSTRAPPING -> READY and delays pass only when a test
 advances the clock: no sleeps, no threads (`evaluate()` is called directly, as the autoscaler's
 loop would). Workers "register" by the test writing them into the store with the slice's
 attributes, as the worker daemons of a READY slice do; the scheduler runs when a test says so.
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import iris.cluster.controller.autoscaler as autoscaler_module
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects
@@ -112,7 +111,9 @@ class Env:
 
     def new_autoscaler(self, config: config_pb2.IrisClusterConfig | None = None) -> Autoscaler:
         """A (re)started controller's autoscaler on the same store and cloud."""
-        return Autoscaler(self.store, self.platform, config or self.config, CONTROLLER, self.effects.append)
+        return Autoscaler(
+            self.store, self.platform, config or self.config, CONTROLLER, self.effects.append, clock=self.clock
+        )
 
     # -- time and evaluations
 
@@ -127,11 +128,12 @@ class Env:
         self.store.create_job(job_id, job_request(job_id, **kwargs), self.clock())
         return job_id
 
-    def register_workers(self, slice_id: str) -> list[str]:
-        """The daemons of a slice register with the controller, reporting the slice's attributes."""
+    def register_workers(self, slice_id: str, own_ids: bool = False) -> list[str]:
+        """The daemons of a slice register with the controller, reporting the slice's attributes;
+        with `own_ids` each keeps an id of its own (host:port) instead of the platform's."""
         row = self.slice_row(slice_id)
         worker_ids = []
-        for worker in self.platform.handle(slice_id).describe().workers:
+        for index, worker in enumerate(self.platform.handle(slice_id).describe().workers):
             metadata = pb.WorkerMetadata(
                 hostname=worker.worker_id,
                 ip_address=worker.internal_address,
@@ -147,9 +149,10 @@ class Env:
                 "zone": row["zone"],
             }.items():
                 metadata.attributes[key].CopyFrom(attribute_to_proto(value))
+            worker_id = f"10.1.{index}.7:10001" if own_ids else worker.worker_id
             address = f"http://{worker.worker_id}:10001"
-            self.store.register_worker(worker.worker_id, address, metadata, self.clock())
-            worker_ids.append(worker.worker_id)
+            self.store.register_worker(worker_id, address, metadata, self.clock())
+            worker_ids.append(worker_id)
         return worker_ids
 
     def register_ready_slices(self) -> None:
@@ -196,10 +199,8 @@ class Env:
 
 
 @pytest.fixture
-def clock(monkeypatch) -> FakeClock:
-    clock = FakeClock()
-    monkeypatch.setattr(autoscaler_module, "_ms", clock)
-    return clock
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 def make_env(tmp_path: Path, clock: FakeClock, *groups: config_pb2.ScaleGroupConfig, **kwargs) -> Env:
@@ -903,3 +904,54 @@ def test_autoscaler_idle_slice_is_scaled_down_after_delay_but_not_below_min(tmp_
     env.evaluate(SCALE_DOWN_MS * 3)
     assert len(env.live_slice_ids()) == 1
     assert len(env.platform.create_requests) == 3
+
+
+def test_autoscaler_workers_registered_under_their_own_ids_count_in_their_slice(tmp_path, clock):
+    """Remote workers keep their default ids (host:port) and register with the slice id their
+    platform gave them: the slice counts as registered, outlives the startup grace, and is
+    scaled down once idle."""
+    env = make_env(tmp_path, clock, scale_group("cpu", num_vms=2))
+    slice_id = env.autoscaler.create_slice("cpu")
+    env.evaluate(UP_MS)
+    env.register_workers(slice_id, own_ids=True)
+
+    env.evaluate(STARTUP_GRACE_MS)
+
+    assert env.slice_row(slice_id)["state"] == "READY"
+    assert env.group_status("cpu").state == "available"
+    (info,) = env.group_status("cpu").slices
+    assert info.idle
+    env.evaluate(SCALE_DOWN_MS)
+    assert [a.slice_id for a in env.actions("scale_down")] == [slice_id]
+    assert env.platform.live_resources() == []
+
+
+def test_autoscaler_dead_slice_fails_workers_registered_under_their_own_ids(tmp_path, clock):
+    env = make_env(tmp_path, clock, scale_group("cpu"))
+    slice_id = env.autoscaler.create_slice("cpu")
+    env.evaluate(UP_MS)
+    (worker_id,) = env.register_workers(slice_id, own_ids=True)
+
+    env.platform.kill_slice(slice_id)
+    env.evaluate()
+
+    assert env.worker_state(worker_id) == pb.WORKER_STATE_FAILED
+
+
+def test_autoscaler_restart_keeps_a_groups_backoff_and_blocked_zones(tmp_path, clock):
+    env = make_env(tmp_path, clock, scale_group("cpu", num_vms=2))
+    env.platform.fail_next_bootstrap("bootstrap failed: no image")
+    env.platform.exhaust_quota("zone-a")
+    env.submit("train")
+    env.evaluate()
+    env.evaluate(UP_MS)
+    before = env.group_status("cpu")
+    assert before.state == "backoff" and before.consecutive_failures == 1
+
+    env.autoscaler = env.new_autoscaler()  # the controller restarted on the same store
+
+    after = env.group_status("cpu")
+    assert (after.state, after.consecutive_failures, after.detail) == ("backoff", 1, before.detail)
+    assert after.backoff_until == before.backoff_until
+    assert list(after.blocked_zones) == list(before.blocked_zones)
+    assert after.blocked_zones

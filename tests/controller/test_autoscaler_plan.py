@@ -19,9 +19,11 @@ from iris.cluster.controller.autoscaler import (
     demand_units,
     group_state,
     plan,
+    registration_failure,
+    slice_registered,
 )
 from iris.cluster.controller.scaling_group import ScalingGroup
-from iris.cluster.controller.scheduler import Device, Resources, TaskDemand
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand
 from iris.cluster.types import Constraint, ConstraintOp
 from iris.rpc import config_pb2
 
@@ -815,7 +817,7 @@ def scenarios(draw):
     return groups, slices, demand_units(demands), scale_settings
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_plan_property_respects_max_min_and_never_shrinks_a_group_with_demand(scenario):
     groups, slices, units, scale_settings = scenario
@@ -842,3 +844,43 @@ def test_plan_property_respects_max_min_and_never_shrinks_a_group_with_demand(sc
             assert by_id[slice_id].group == group.name
             assert by_id[slice_id].state == "READY" and by_id[slice_id].idle_since_ms is not None
     assert set(result.scale_up) <= {g.name for g in groups}
+
+
+# ---------------------------------------------------------------- bookkeeping and registration
+
+
+def test_plan_demand_first_seen_now_is_returned_as_waiting_since_now():
+    group = make_group("cpu")
+
+    result = plan([group], [], units_of(task()), NOW, SETTINGS)
+
+    assert result.demand_since == {"cpu": NOW}
+    assert group.demand_since_ms is None, "plan() reports bookkeeping; it does not write it"
+
+
+def test_plan_demand_keeps_its_start_and_a_group_without_demand_is_cleared():
+    busy, idle = waiting(make_group("cpu"), NOW - 20 * SECOND), waiting(make_group("tpu"), NOW - 5 * SECOND)
+
+    result = plan([busy, idle], [], units_of(task()), NOW, SETTINGS)
+
+    assert result.demand_since == {"cpu": NOW - 20 * SECOND, "tpu": None}
+
+
+def test_slice_registered_counts_workers_whatever_ids_they_registered_under():
+    assert slice_registered(["s-0", "s-1"], {"10.0.0.1:10001", "10.0.0.2:10001"})
+    assert not slice_registered(["s-0", "s-1"], {"10.0.0.1:10001"})
+    assert not slice_registered([], set())
+
+
+def test_registration_failure_only_after_the_startup_grace_names_missing_workers():
+    expected, healthy = ["s-0", "s-1"], {"s-0"}
+    grace = 10 * MINUTE
+
+    assert registration_failure(expected, healthy, NOW, NOW + grace - 1, grace) == ""
+    assert registration_failure(expected, {"s-0", "s-1"}, NOW, NOW + grace, grace) == ""
+    assert registration_failure(expected, healthy, NOW, NOW + grace, grace) == (
+        "worker(s) s-1 did not register within the startup grace period (600s)"
+    )
+    assert registration_failure(expected, {"10.0.0.9:10001"}, NOW, NOW + grace, grace) == (
+        "1 of 2 worker(s) did not register within the startup grace period (600s)"
+    )

@@ -11,15 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iris.cluster.controller.scheduler import (
-    Device,
-    Resources,
-    SchedulingResult,
-    TaskDemand,
-    WorkerCapacity,
-    constraint_holds,
-    find_assignments,
-)
+from iris.cluster.controller.scheduler import SchedulingResult, constraint_holds, find_assignments
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import Constraint, ConstraintOp
 
 GB = 1000**3
@@ -180,7 +173,7 @@ def scheduling_inputs(draw) -> tuple[list[TaskDemand], list[WorkerCapacity]]:
     return tasks, workers
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scheduling_inputs())
 def test_find_assignments_property_no_worker_is_over_committed(inputs):
     tasks, workers = inputs
@@ -193,7 +186,7 @@ def test_find_assignments_property_no_worker_is_over_committed(inputs):
         assert used[w.worker_id].fits_in(w.available), (w, used[w.worker_id])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scheduling_inputs())
 def test_find_assignments_property_every_task_assigned_once_or_has_a_reason(inputs):
     tasks, workers = inputs
@@ -207,7 +200,7 @@ def test_find_assignments_property_every_task_assigned_once_or_has_a_reason(inpu
     assert all(worker_id in known_workers for _, worker_id in result.assignments)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scheduling_inputs())
 def test_find_assignments_property_task_fitting_an_empty_worker_is_never_too_large(inputs):
     tasks, workers = inputs
@@ -226,7 +219,7 @@ def test_find_assignments_property_task_fitting_an_empty_worker_is_never_too_lar
             assert reason.startswith(NO_WORKERS), (t, reason)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scheduling_inputs())
 def test_find_assignments_property_pending_task_does_not_fit_leftover_capacity(inputs):
     """No head-of-line blocking: whatever stays pending could not have been placed anywhere with
@@ -241,7 +234,7 @@ def test_find_assignments_property_pending_task_does_not_fit_leftover_capacity(i
         assert not any(demand[task_id].fits_in(free) for free in left.values()), task_id
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scheduling_inputs())
 def test_find_assignments_property_is_deterministic_and_pure(inputs):
     tasks, workers = inputs
@@ -712,7 +705,7 @@ def _gangs(tasks: list[TaskDemand]) -> dict[str, list[TaskDemand]]:
     return gangs
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rich_inputs)
 def test_find_assignments_property_rich_inputs_never_over_commit_resources_or_devices(inputs):
     tasks, workers = inputs
@@ -725,7 +718,7 @@ def test_find_assignments_property_rich_inputs_never_over_commit_resources_or_de
         assert devices[w.worker_id] >= 0, (w, result.assignments)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rich_inputs)
 def test_find_assignments_property_assigned_task_device_and_constraints_hold_on_its_worker(inputs):
     tasks, workers = inputs
@@ -747,7 +740,7 @@ def constraint_holds_agrees(task_: TaskDemand, worker_: WorkerCapacity) -> bool:
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rich_inputs)
 def test_find_assignments_property_every_task_assigned_at_most_once_or_pending_with_reason(inputs):
     tasks, workers = inputs
@@ -759,7 +752,7 @@ def test_find_assignments_property_every_task_assigned_at_most_once_or_pending_w
     assert all(reason.strip() for reason in result.pending_reasons.values())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rich_inputs)
 def test_find_assignments_property_gang_all_on_distinct_workers_sharing_one_value_or_all_pending(inputs):
     tasks, workers = inputs
@@ -779,7 +772,7 @@ def test_find_assignments_property_gang_all_on_distinct_workers_sharing_one_valu
         assert "<missing>" not in values and len(values) == 1, (job_id, group_by, values)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rich_inputs)
 def test_find_assignments_property_nothing_pending_could_use_what_is_left(inputs):
     """No head-of-line blocking: with what is left after the pass, no pending task fits any worker
@@ -809,7 +802,7 @@ def test_find_assignments_property_nothing_pending_could_use_what_is_left(inputs
         assert max(free_per_value.values(), default=0) < len(gang), (job_id, free_per_value)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rich_inputs)
 def test_find_assignments_property_waiting_reason_only_when_some_worker_could_run_the_task(inputs):
     """ "waiting for capacity" promises the task runs once work finishes; it must name a task that

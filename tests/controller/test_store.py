@@ -1,22 +1,33 @@
-"""ControllerStore driven the way the controller drives it, against a scripted fake worker.
+"""ControllerStore driven by the controller's own synchronous core, against a scripted fake worker.
 
-The `Cluster` harness below mirrors `Controller`: it runs `scheduling_inputs -> find_assignments ->
-apply_assignments`, and for heartbeats `plan_heartbeat -> HeartbeatRequest -> worker ->
-apply_heartbeat`, keeping the controller's in-memory kill sets. No network, no processes, no sleeps:
-time is a number the tests advance.
+The `Cluster` harness below hands `ControllerCore` a clock that advances one second per reading
+and carries each heartbeat the core builds to a `FakeWorker`, and its answer back: the core plans,
+keeps the kill sets and applies the answer exactly as in the daemon. No network, no processes, no
+sleeps: time is a number the tests advance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from controller_support import (
+    ACTIVE,
+    ARGV,
+    CONTROLLER,
+    T0,
+    WORKER_TIMEOUT_MS,
+    FakeWorker,
+    GiB,
+    job_request,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from iris.cluster.controller.core import ControllerCore
 from iris.cluster.controller.scheduler import find_assignments
+from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import (
     ControllerStore,
     Effects,
@@ -24,180 +35,14 @@ from iris.cluster.controller.store import (
     JobExistsError,
     NotFoundError,
 )
-from iris.cluster.controller.transitions import InvalidTransitionError
 from iris.cluster.types import (
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
     Constraint,
     Priority,
-    attribute_to_proto,
-    job_id_of_task,
     tpu_device,
 )
 from iris.rpc import cluster_pb2 as pb
-
-GiB = 1024**3
-T0 = 1_700_000_000_000
-CONTROLLER = "http://controller.test:10000"
-WORKER_TIMEOUT_MS = 60_000
-ARGV = ["python", "-m", "train", "--lr", "0.1"]
-ACTIVE = (pb.TASK_STATE_ASSIGNED, pb.TASK_STATE_BUILDING, pb.TASK_STATE_RUNNING)
-
-
-def job_request(
-    name: str,
-    *,
-    replicas: int = 1,
-    cpu: int = 1000,
-    memory: int = GiB,
-    max_retries_failure: int = 0,
-    max_retries_preemption: int = 100,
-    max_task_failures: int = 0,
-    parent_job_id: str = "",
-    env: dict[str, str] | None = None,
-    device: pb.DeviceConfig | None = None,
-    group_by: str = "",
-    constraints: tuple[Constraint, ...] = (),
-    priority: int = 0,
-    scheduling_timeout_ms: int = 0,
-) -> pb.LaunchJobRequest:
-    request = pb.LaunchJobRequest(
-        name=name,
-        entrypoint=pb.Entrypoint(command=pb.CommandEntrypoint(argv=ARGV)),
-        resources=pb.ResourceSpec(cpu_millicores=cpu, memory_bytes=memory),
-        environment=pb.EnvironmentConfig(env_vars=env or {}),
-        bundle_uri=f"file:///bundles/{name.strip('/').replace('/', '-')}.zip",
-        bundle_sha256="ab" * 32,
-        replicas=replicas,
-        max_retries_failure=max_retries_failure,
-        max_task_failures=max_task_failures,
-        parent_job_id=parent_job_id,
-    )
-    request.max_retries_preemption = max_retries_preemption
-    if device is not None:
-        request.resources.device.CopyFrom(device)
-    if group_by:
-        request.coscheduling.group_by = group_by
-    request.constraints.extend(c.to_proto() for c in constraints)
-    request.priority = priority
-    if scheduling_timeout_ms:
-        request.scheduling_timeout.milliseconds = scheduling_timeout_ms
-    return request
-
-
-# ---------------------------------------------------------------- fake worker
-
-
-@dataclass
-class ScriptedAttempt:
-    state: int
-    exit_code: int = 0
-    error: str = ""
-    logs: list[str] = field(default_factory=list)
-    started_at_ms: int = 0
-    ports: dict[str, int] = field(default_factory=dict)
-    result: bytes = b""
-
-
-class FakeWorker:
-    """Answers heartbeats the way a worker daemon does, from attempt states the test scripts.
-
-    Run requests start attempts in `start_state`; kill requests move active attempts to KILLED;
-    running attempts are always reported, finished ones only while the controller expects them;
-    log lines are returned from the controller's `log_offset`, at most `max_log_lines` per status.
-    """
-
-    def __init__(
-        self,
-        worker_id: str,
-        *,
-        cpu: int = 4000,
-        memory: int = 16 * GiB,
-        max_log_lines: int = 1000,
-        clock: Callable[[], int] = lambda: T0,
-        ip_address: str = "10.0.0.1",
-        attributes: dict[str, str | int] | None = None,
-        device: pb.DeviceConfig | None = None,
-    ):
-        self.worker_id = worker_id
-        self.address = f"http://{worker_id}.test:10001"
-        self.cpu = cpu
-        self.memory = memory
-        self.ip_address = ip_address
-        self.attributes = dict(attributes or {})
-        self.device = device
-        self.max_log_lines = max_log_lines
-        self.clock = clock
-        self.start_state = pb.TASK_STATE_RUNNING
-        self.attempts: dict[tuple[str, int], ScriptedAttempt] = {}
-        self.received: list[pb.RunTaskRequest] = []
-        self.kill_requests: list[tuple[str, int]] = []
-
-    def metadata(self) -> pb.WorkerMetadata:
-        metadata = pb.WorkerMetadata(
-            hostname=self.worker_id,
-            ip_address=self.ip_address,
-            cpu_millicores=self.cpu,
-            memory_bytes=self.memory,
-            disk_bytes=100 * GiB,
-            runtime="fake",
-        )
-        for key, value in self.attributes.items():
-            metadata.attributes[key].CopyFrom(attribute_to_proto(value))
-        if self.device is not None:
-            metadata.device.CopyFrom(self.device)
-        return metadata
-
-    def script(self, task_id: str, attempt_id: int = 0, **changes) -> ScriptedAttempt:
-        attempt = self.attempts.setdefault((task_id, attempt_id), ScriptedAttempt(pb.TASK_STATE_RUNNING))
-        for name, value in changes.items():
-            setattr(attempt, name, value)
-        return attempt
-
-    def log(self, task_id: str, attempt_id: int, *lines: str) -> None:
-        self.attempts[(task_id, attempt_id)].logs.extend(lines)
-
-    def restart(self) -> None:
-        """The worker process restarted: it wiped its containers and knows no attempts."""
-        self.attempts.clear()
-
-    def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
-        for run in request.tasks_to_run:
-            self.received.append(run)
-            self.attempts.setdefault(
-                (run.task_id, run.attempt_id), ScriptedAttempt(self.start_state, started_at_ms=self.clock())
-            )
-        for key in request.tasks_to_kill:
-            self.kill_requests.append((key.task_id, key.attempt_id))
-            attempt = self.attempts.get((key.task_id, key.attempt_id))
-            if attempt is not None and attempt.state in ACTIVE:
-                attempt.state, attempt.exit_code = pb.TASK_STATE_KILLED, -1
-                attempt.error = "killed by the controller"
-        offsets = {(e.task_id, e.attempt_id): e.log_offset for e in request.expected_tasks}
-        response = pb.HeartbeatResponse(worker_id=self.worker_id)
-        for (task_id, attempt_id), attempt in self.attempts.items():
-            active = attempt.state in ACTIVE
-            if not active and (task_id, attempt_id) not in offsets:
-                continue
-            offset = offsets.get((task_id, attempt_id), 0)
-            status = pb.WorkerTaskStatus(
-                task_id=task_id,
-                attempt_id=attempt_id,
-                job_id=job_id_of_task(task_id),
-                state=attempt.state,
-                exit_code=attempt.exit_code,
-                error=attempt.error,
-                total_log_lines=len(attempt.logs),
-                ports=attempt.ports,
-                result=attempt.result,
-            )
-            if attempt.started_at_ms:
-                status.started_at.epoch_ms = attempt.started_at_ms
-            for i, data in enumerate(attempt.logs[offset : offset + self.max_log_lines]):
-                status.logs.append(pb.LogLine(timestamp_ms=T0 + offset + i, source="stdout", data=data))
-            (response.running_tasks if active else response.completed_tasks).append(status)
-        return response
-
 
 # ---------------------------------------------------------------- controller stand-in
 
@@ -214,9 +59,13 @@ class Round:
 class Cluster:
     def __init__(self, path: Path):
         self.path = path
-        self.store = ControllerStore(path)
         self.now = T0
-        self.kill_sets: dict[str, set[tuple[str, int]]] = {}
+        self.store = ControllerStore(path)
+        self.core = self._new_core()
+
+    def _new_core(self) -> ControllerCore:
+        settings = ControllerSettings(CONTROLLER, worker_timeout_s=WORKER_TIMEOUT_MS / 1000)
+        return ControllerCore(self.store, settings, clock=self.tick)
 
     def tick(self, ms: int = 1000) -> int:
         self.now += ms
@@ -225,12 +74,11 @@ class Cluster:
     def reopen(self) -> None:
         """The controller process died and started again on the same database file."""
         self.store.close()
-        self.kill_sets.clear()
         self.store = ControllerStore(self.path)
+        self.core = self._new_core()
 
     def apply(self, effects: Effects) -> Effects:
-        for worker_id, task_id, attempt_id in effects.kills:
-            self.kill_sets.setdefault(worker_id, set()).add((task_id, attempt_id))
+        self.core.apply(effects)
         return effects
 
     def worker(self, worker_id: str, **kwargs) -> FakeWorker:
@@ -253,27 +101,14 @@ class Cluster:
         return job_id
 
     def schedule(self) -> Effects:
-        demands, workers = self.store.scheduling_inputs()
-        result = find_assignments(demands, workers)
-        effects = self.store.apply_assignments(result.assignments, result.pending_reasons, self.tick())
-        return self.apply(effects)
+        return self.core.run_scheduling_pass()
 
     def heartbeat(self, worker: FakeWorker) -> Round:
-        plan = self.store.plan_heartbeat(worker.worker_id, CONTROLLER)
-        assert plan is not None, f"worker {worker.worker_id} is not live"
-        kills = self.kill_sets.pop(worker.worker_id, set())
-        request = pb.HeartbeatRequest(
-            worker_id=worker.worker_id,
-            tasks_to_run=plan.to_run,
-            tasks_to_kill=[pb.TaskKey(task_id=t, attempt_id=a) for t, a in sorted(kills)],
-            expected_tasks=plan.expected,
-        )
-        response = worker.heartbeat(request)
-        unknown, effects = self.store.apply_heartbeat(plan, response, self.tick())
-        self.apply(effects)
-        if unknown:
-            self.kill_sets.setdefault(worker.worker_id, set()).update(unknown)
-        return Round(plan, request, response, unknown, effects)
+        heartbeat = self.core.begin_round(worker.worker_id)
+        assert heartbeat is not None, f"worker {worker.worker_id} is not live"
+        response = worker.heartbeat(heartbeat.request)
+        outcome = self.core.round_answered(heartbeat, response)
+        return Round(heartbeat.plan, heartbeat.request, response, outcome.unknown, outcome.effects)
 
     def job(self, job_id: str) -> pb.JobStatus:
         return self.store.job_status(job_id, include_tasks=True)
@@ -1301,7 +1136,7 @@ def _check_invariants(cluster: Cluster, job_ids: list[str], workers: list[FakeWo
                 assert task.pending_reason, task
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations=_operations)
 def test_store_property_random_operations_keep_invariants(tmp_path_factory, operations):
     """Whatever order submits, placements, worker reports, worker restarts and losses, and

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 from iris.cluster.controller.transitions import (
     ATTEMPT_TRANSITIONS,
     JOB_TRANSITIONS,
+    SLICE_TRANSITIONS,
     TASK_TRANSITIONS,
     WORKER_TRANSITIONS,
     InvalidTransitionError,
+    SliceState,
     check_transition,
     decide_attempt_outcome,
     derive_job_state,
@@ -25,6 +27,7 @@ TABLES = {
     "attempt": ATTEMPT_TRANSITIONS,
     "job": JOB_TRANSITIONS,
     "worker": WORKER_TRANSITIONS,
+    "slice": SLICE_TRANSITIONS,
 }
 
 ALL_EDGES = [
@@ -45,6 +48,14 @@ TASK_STATES = [v for v in pb.TaskState.values() if v != pb.TASK_STATE_UNSPECIFIE
 def test_check_transition_every_table_edge_is_accepted(kind, old, new):
     check_transition(kind, "entity", old, new)  # must not raise
     assert TABLES[kind][old][new].strip(), "every edge explains the event that causes it"
+
+
+def test_slice_table_every_state_is_reachable_and_deleted_is_final():
+    reachable = {new for moves in SLICE_TRANSITIONS.values() for new in moves}
+    assert set(SliceState) - {SliceState.UNSPECIFIED} <= reachable
+    assert SLICE_TRANSITIONS[SliceState.DELETED] == {}
+    with pytest.raises(InvalidTransitionError, match="illegal slice transition for s1: READY -> CREATING"):
+        check_transition("slice", "s1", SliceState.READY, SliceState.CREATING)
 
 
 def test_task_table_terminal_states_have_no_exits():

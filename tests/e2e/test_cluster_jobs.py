@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -343,3 +344,29 @@ def test_child_job_submitted_from_a_task_runs_with_the_parents_bundle(process_cl
         child = client.job("/parent/child").status()
         assert child.parent_job_id == "/parent"
         assert child.state == pb.JOB_STATE_SUCCEEDED
+
+
+def test_worker_with_its_own_id_and_a_bootstrap_slice_id_registers_in_that_slice(tmp_path):
+    """A worker started outside the local platform keeps its default id (host:port) and is told
+    its slice at bootstrap (`--slice-id`): the controller's store counts it as a member of that slice."""
+    from iris.cluster.controller.main import ControllerDaemon
+
+    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles")
+    daemon.start_in_thread()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "iris.cluster.worker.main", "serve", "--controller-address", daemon.url,
+         "--host", "127.0.0.1", "--port", "0", "--cache-dir", str(tmp_path / "cache"), "--slice-id", "remote-7"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        members = wait_until(
+            lambda: daemon.store.slice_members().get("remote-7"), 30, 0.05, "the worker to register in its slice"
+        )
+        (member,) = members
+        assert member["state"] == pb.WORKER_STATE_HEALTHY
+        assert member["worker_id"].startswith(f"{socket.gethostname()}:")
+    finally:
+        worker.terminate()
+        worker.wait(15)
+        daemon.stop()

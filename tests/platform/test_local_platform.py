@@ -55,7 +55,8 @@ def test_local_slice_create_starts_workers_and_is_ready_at_once(platform):
     assert handle.scale_group == "cpu"
     assert handle.labels[Labels("test").managed] == "true"
     command_line = " ".join(psutil.Process(_pids(handle)[0]).cmdline())
-    assert "--attribute slice-id=" + handle.slice_id in command_line
+    assert f"--worker-id {handle.slice_id}-0" in command_line
+    assert f"--slice-id {handle.slice_id}" in command_line
     assert "--attribute rack=r1" in command_line and "--cpu 2.0" in command_line
 
 

@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from iris.client.bundle import (
-    DEFAULT_MAX_BUNDLE_BYTES,
-    BundleTooLargeError,
-    UnsafeBundleError,
-    build_bundle,
-    extract_bundle,
-)
+from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES, UnsafeBundleError, extract_bundle
+from iris.client.bundle import BundleTooLargeError, build_bundle
 
 
 def write(root: Path, relative: str, content: str | bytes = "x") -> Path:

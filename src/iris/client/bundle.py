@@ -10,7 +10,6 @@ import hashlib
 import io
 import logging
 import os
-import re
 import shutil
 import stat
 import zipfile
@@ -20,36 +19,24 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-logger = logging.getLogger(__name__)
+from iris.bundle_format import (
+    COPY_CHUNK_BYTES,
+    DEFAULT_MAX_BUNDLE_BYTES,
+    is_within,
+    zip_entry,
+)
 
-DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
+logger = logging.getLogger(__name__)
 
 # Never useful on a worker, often huge, and rebuilt there anyway.
 ALWAYS_EXCLUDED_NAMES = frozenset({".git", ".venv", "__pycache__", ".iris"})
 ALWAYS_EXCLUDED_SUFFIXES = (".pyc",)
 
-# The earliest timestamp a zip entry can hold; mtimes would make every build hash differently.
-_FIXED_DATE_TIME = (1980, 1, 1, 0, 0, 0)
-_ZIP_CREATE_SYSTEM_UNIX = 3
 _LARGEST_ENTRIES_SHOWN = 5
-_COPY_CHUNK_BYTES = 1024 * 1024
-
-
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-
-
-def validate_digest(sha256: str) -> None:
-    """Reject anything but a lowercase hex SHA-256; digests become file and object names."""
-    if not _SHA256_HEX.fullmatch(sha256):
-        raise ValueError(f"bundle digest {sha256!r} is not a lowercase hex SHA-256 (64 characters of 0-9a-f)")
 
 
 class BundleTooLargeError(ValueError):
     """The workspace is bigger than the bundle limit; the message lists what to exclude."""
-
-
-class UnsafeBundleError(ValueError):
-    """A bundle entry would be written outside the extraction directory."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +84,6 @@ def _is_always_excluded(name: str) -> bool:
     return name in ALWAYS_EXCLUDED_NAMES or name.endswith(ALWAYS_EXCLUDED_SUFFIXES)
 
 
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
     root = workspace.resolve()
     files: list[_WorkspaceFile] = []
@@ -124,7 +107,7 @@ def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
             path = Path(entry.path)
             if entry.is_symlink():
                 target = path.resolve()
-                if not _within(target, root) or not target.exists():
+                if not is_within(target, root) or not target.exists():
                     skipped_links.append(rel)
                     continue
             try:
@@ -204,16 +187,6 @@ def _too_large_message(workspace: Path, files: list[_WorkspaceFile], total: int,
     return "\n".join(lines)
 
 
-def _zip_entry(arcname: str, size: int, executable: bool) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(arcname, date_time=_FIXED_DATE_TIME)
-    info.create_system = _ZIP_CREATE_SYSTEM_UNIX
-    # Only the executable bit survives: umask-dependent group/other bits would change the hash.
-    info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    info.file_size = size  # lets zipfile choose zip64 up front for very large files
-    return info
-
-
 def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> Bundle:
     """Zip `workspace` (honouring .gitignore files) into a content-addressed bundle.
 
@@ -235,9 +208,9 @@ def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> 
             try:
                 with (
                     item.path.open("rb") as source,
-                    archive.open(_zip_entry(item.arcname, item.size, item.executable), "w") as sink,
+                    archive.open(zip_entry(item.arcname, item.size, item.executable), "w") as sink,
                 ):
-                    shutil.copyfileobj(source, sink, _COPY_CHUNK_BYTES)
+                    shutil.copyfileobj(source, sink, COPY_CHUNK_BYTES)
             except PermissionError as exc:
                 raise PermissionError(
                     f"cannot read workspace file {item.arcname}: permission denied; add it to .gitignore"
@@ -246,49 +219,3 @@ def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> 
     return Bundle(
         blob=blob, sha256=hashlib.sha256(blob).hexdigest(), file_count=len(files), size_bytes=len(blob)
     )
-
-
-def _safe_target(root: Path, name: str) -> Path:
-    parts = PurePosixPath(name).parts
-    if not parts or name.startswith("/") or ".." in parts:
-        raise UnsafeBundleError(f"refusing to extract bundle entry {name!r}: it would land outside {root}")
-    target = root.joinpath(*parts)
-    # A symlink already in dest could redirect the write; the entry itself is replaced, not followed.
-    parent = target.parent.resolve()
-    if not _within(parent, root):
-        raise UnsafeBundleError(
-            f"refusing to extract bundle entry {name!r}: its directory resolves to {parent}, outside {root}"
-        )
-    return target
-
-
-def extract_bundle(blob_or_zip_path: bytes | str | os.PathLike[str], dest: Path) -> int:
-    """Unpack a bundle into `dest`, restoring executable bits; returns the number of files written.
-
-    Every entry is checked before anything is written, so a malicious bundle leaves `dest` untouched.
-    """
-    source = (
-        io.BytesIO(blob_or_zip_path)
-        if isinstance(blob_or_zip_path, (bytes, bytearray, memoryview))
-        else Path(blob_or_zip_path)
-    )
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
-    written = 0
-    with zipfile.ZipFile(source) as archive:
-        plan = [(info, _safe_target(root, info.filename)) for info in archive.infolist()]
-        for info, target in plan:
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # Replace rather than overwrite in place, so an existing symlink or hard link is never
-            # written through.
-            target.unlink(missing_ok=True)
-            with archive.open(info) as entry, target.open("wb") as sink:
-                shutil.copyfileobj(entry, sink, _COPY_CHUNK_BYTES)
-            executable = (info.external_attr >> 16) & 0o111
-            target.chmod(0o755 if executable else 0o644)
-            written += 1
-    return written

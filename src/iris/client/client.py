@@ -21,6 +21,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, build_bundle
+from iris.cluster import task_env
+from iris.cluster.task_env import TaskEnv
 from iris.cluster.types import (
     TERMINAL_JOB_STATES,
     Constraint,
@@ -118,19 +120,18 @@ class IrisContext:
 
 
 def iris_ctx() -> IrisContext:
-    env = os.environ
-    if "IRIS_JOB_ID" not in env:
-        raise IrisError("iris_ctx() is only available inside an Iris task (IRIS_JOB_ID is not set)")
-    ports = {k.removeprefix("IRIS_PORT_").lower(): int(v) for k, v in env.items() if k.startswith("IRIS_PORT_")}
+    task = TaskEnv.from_env(os.environ)
+    if task is None:
+        raise IrisError(f"iris_ctx() is only available inside an Iris task ({task_env.JOB_ID} is not set)")
     return IrisContext(
-        job_id=env["IRIS_JOB_ID"],
-        task_id=env.get("IRIS_TASK_ID", ""),
-        task_index=int(env.get("IRIS_TASK_INDEX", "0")),
-        num_tasks=int(env.get("IRIS_NUM_TASKS", "1")),
-        attempt_id=int(env.get("IRIS_ATTEMPT_ID", "0")),
-        worker_id=env.get("IRIS_WORKER_ID", ""),
-        controller_address=env.get("IRIS_CONTROLLER_ADDRESS", ""),
-        ports=ports,
+        job_id=task.job_id,
+        task_id=task.task_id,
+        task_index=task.task_index,
+        num_tasks=task.num_tasks,
+        attempt_id=task.attempt_id,
+        worker_id=task.worker_id,
+        controller_address=task.controller_address,
+        ports=task.ports,
     )
 
 
@@ -230,7 +231,7 @@ class IrisClient:
             if value is not None:
                 duration = value if isinstance(value, Duration) else Duration.from_seconds(value)
                 getattr(request, field_name).CopyFrom(time_pb2.Duration(milliseconds=duration.milliseconds))
-        parent_job_id = os.environ.get("IRIS_JOB_ID", "")
+        parent_job_id = os.environ.get(task_env.JOB_ID, "")
         if parent_job_id:
             request.parent_job_id = parent_job_id
         bundle_root = workspace or self.workspace

@@ -13,6 +13,17 @@ import cloudpickle
 from iris.config import parse_size
 from iris.rpc import cluster_pb2
 
+# Attribute keys a worker reports and the scheduler, the autoscaler and the platforms agree on.
+ATTR_SLICE_ID = "slice-id"
+ATTR_SCALE_GROUP = "scale-group"
+ATTR_TPU_NAME = "tpu-name"
+ATTR_TPU_WORKER_ID = "tpu-worker-id"
+ATTR_TPU_TOPOLOGY = "tpu-topology"
+ATTR_ZONE = "zone"
+ATTR_REGION = "region"
+ATTR_PREEMPTIBLE = "preemptible"
+ATTR_DEVICE_VARIANT = "device-variant"
+
 TERMINAL_JOB_STATES = frozenset(
     {
         cluster_pb2.JOB_STATE_SUCCEEDED,
@@ -244,7 +255,7 @@ class Constraint:
 class CoschedulingConfig:
     """Place every task of the job at once on workers sharing one value of `group_by`."""
 
-    group_by: str = "tpu-name"
+    group_by: str = ATTR_TPU_NAME
 
     def to_proto(self) -> cluster_pb2.CoschedulingConfig:
         return cluster_pb2.CoschedulingConfig(group_by=self.group_by)

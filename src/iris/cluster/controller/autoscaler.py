@@ -14,13 +14,15 @@ import json
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from iris.cluster.controller import render
 from iris.cluster.controller.scaling_group import ScalingGroup
-from iris.cluster.controller.scheduler import TaskDemand
+from iris.cluster.controller.scheduling_types import TaskDemand
+from iris.cluster.controller.settings import AutoscalerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
+from iris.cluster.controller.transitions import IN_FLIGHT_SLICE_STATES, LIVE_SLICE_STATES, SliceState
 from iris.cluster.platform.base import (
     CloudSliceState,
     Labels,
@@ -31,9 +33,10 @@ from iris.cluster.platform.base import (
     SliceHandle,
     prepare_slice_config,
 )
-from iris.cluster.types import attribute_from_proto
+from iris.config import DEFAULT_LABEL_PREFIX
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2, time_pb2
+from iris.time import Clock, now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +44,6 @@ logger = logging.getLogger(__name__)
 # instead of asking the cloud for everything at once.
 MAX_SCALE_UPS_PER_EVALUATION = 4
 RECENT_ACTIONS = 200
-IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
-
-
-def _ms() -> int:
-    return int(time.time() * 1000)
 
 
 # ---------------------------------------------------------------- pure planning
@@ -89,16 +87,6 @@ class SliceView:
     registered: bool = False
 
 
-@dataclass(frozen=True)
-class AutoscalerSettings:
-    scale_up_delay_ms: int = 60_000
-    scale_down_delay_ms: int = 300_000
-    quota_backoff_ms: int = 300_000
-    failure_backoff_base_ms: int = 10_000
-    failure_backoff_max_ms: int = 600_000
-    startup_grace_ms: int = 600_000
-
-
 @dataclass
 class Plan:
     scale_up: dict[str, int] = field(default_factory=dict)  # group -> slices to create
@@ -107,10 +95,12 @@ class Plan:
     unmet: dict[str, str] = field(default_factory=dict)  # group -> why its demand waits
     unroutable: list[str] = field(default_factory=list)  # demand no group can serve, with reason
     reasons: dict[str, str] = field(default_factory=dict)  # group -> why it scales
+    # group -> since when its demand has waited (None: it has none); the caller records it
+    demand_since: dict[str, int | None] = field(default_factory=dict)
 
 
 def group_state(group: ScalingGroup, slices: list[SliceView], now_ms: int) -> str:
-    live = [s for s in slices if s.state not in ("DELETING", "DELETED", "FAILED")]
+    live = [s for s in slices if s.state in LIVE_SLICE_STATES]
     if group.backoff_until_ms > now_ms:
         return "backoff"
     if not group.available_zones(now_ms):
@@ -133,18 +123,41 @@ def plan(
     demand that only unavailable groups could serve is reported with their reason. Slices being
     created count as capacity on the way, so a slow bootstrap does not trigger more requests, and
     a group with any demand routed to it never loses a slice: that is what keeps a waiting gang
-    from making the autoscaler add and remove slices in turn.
+    from making the autoscaler add and remove slices in turn. The groups' bookkeeping that follows
+    (since when demand waits) comes back in the plan for the caller to record.
     """
     result = Plan()
     ordered = sorted(groups, key=lambda g: (g.priority, g.name))
     by_group: dict[str, list[SliceView]] = {g.name: [s for s in slices if s.group == g.name] for g in groups}
-    live = {
-        g.name: [s for s in by_group[g.name] if s.state not in ("DELETING", "DELETED", "FAILED")] for g in groups
-    }
+    live = {g.name: [s for s in by_group[g.name] if s.state in LIVE_SLICE_STATES] for g in groups}
     room = {g.name: max(0, g.max_slices - len(live[g.name])) for g in groups}
     states = {g.name: group_state(g, by_group[g.name], now_ms) for g in groups}
-    need: dict[str, float] = collections.defaultdict(float)
+    need = _route_demand(ordered, units, states, room, now_ms, result)
+    for group in ordered:
+        name = group.name
+        waited_since = group.demand_since_ms if group.demand_since_ms is not None else now_ms
+        result.demand_since[name] = waited_since if result.demand.get(name) else None
+        add = _slices_to_add(group, live[name], need.get(name, 0), now_ms, settings, result)
+        if states[name] != "available":
+            add = 0
+        add = min(add, room[name], MAX_SCALE_UPS_PER_EVALUATION)
+        if add:
+            result.scale_up[name] = add
+        if not result.demand.get(name):
+            result.scale_down.extend((name, s) for s in _idle_to_remove(group, live[name], now_ms, settings))
+    return result
 
+
+def _route_demand(
+    ordered: list[ScalingGroup],
+    units: list[DemandUnit],
+    states: dict[str, str],
+    room: dict[str, int],
+    now_ms: int,
+    result: Plan,
+) -> dict[str, float]:
+    """Route each unit to a group; returns the slices' worth of demand each group got."""
+    need: dict[str, float] = collections.defaultdict(float)
     for unit in units:
         # Work that needs no accelerator goes to plain groups first: buying a TPU host for it is a waste.
         candidates = ordered if unit.demand.device is not None else sorted(ordered, key=lambda g: g.worker_device() is not None)
@@ -165,46 +178,52 @@ def plan(
             need[chosen.name] += 1
         else:
             need[chosen.name] += 1 / chosen.tasks_per_slice(unit.demand)
+    return need
 
-    for group in ordered:
-        name = group.name
-        group_slices = live[name]
-        coming = sum(1 for s in group_slices if s.state in IN_FLIGHT or (s.state == "READY" and not s.registered))
-        wanted = math.ceil(need.get(name, 0) - 1e-9)
-        delayed = (
-            group.demand_since_ms is not None and now_ms - group.demand_since_ms < settings.scale_up_delay_ms
-        )
-        add = 0
-        if wanted > coming and not delayed:
-            add = wanted - coming
-            result.reasons[name] = f"{result.demand.get(name, 0)} pending unit(s) need {wanted} more slice(s)"
-        elif wanted > coming:
-            wait_s = (settings.scale_up_delay_ms - (now_ms - (group.demand_since_ms or now_ms))) / 1000
-            result.unmet.setdefault(name, f"waiting {wait_s:.0f}s more (scale_up_delay) before adding slices")
-        if len(group_slices) < group.min_slices:
-            if group.min_slices - len(group_slices) > add:
-                result.reasons[name] = f"below min_slices ({len(group_slices)} < {group.min_slices})"
-            add = max(add, group.min_slices - len(group_slices))
-        if states[name] != "available":
-            add = 0
-        add = min(add, room[name], MAX_SCALE_UPS_PER_EVALUATION)
-        if add:
-            result.scale_up[name] = add
 
-        if result.demand.get(name):
-            continue
-        idle = sorted(
-            (s for s in group_slices if s.state == "READY" and s.idle_since_ms is not None),
-            key=lambda s: s.idle_since_ms or 0,
-        )
-        removable = len(group_slices) - group.min_slices
-        for view in idle:
-            if removable <= 0:
-                break
-            if now_ms - (view.idle_since_ms or now_ms) >= settings.scale_down_delay_ms:
-                result.scale_down.append((name, view.slice_id))
-                removable -= 1
-    return result
+def _slices_to_add(
+    group: ScalingGroup, group_slices: list[SliceView], need: float, now_ms: int, settings: AutoscalerSettings, result: Plan
+) -> int:
+    """Slices the group's demand and min_slices call for, before availability and max limits."""
+    name = group.name
+    coming = sum(
+        1
+        for s in group_slices
+        if s.state in IN_FLIGHT_SLICE_STATES or (s.state == SliceState.READY and not s.registered)
+    )
+    wanted = math.ceil(need - 1e-9)
+    delayed = group.demand_since_ms is not None and now_ms - group.demand_since_ms < settings.scale_up_delay_ms
+    add = 0
+    if wanted > coming and not delayed:
+        add = wanted - coming
+        result.reasons[name] = f"{result.demand.get(name, 0)} pending unit(s) need {wanted} more slice(s)"
+    elif wanted > coming:
+        wait_s = (settings.scale_up_delay_ms - (now_ms - (group.demand_since_ms or now_ms))) / 1000
+        result.unmet.setdefault(name, f"waiting {wait_s:.0f}s more (scale_up_delay) before adding slices")
+    if len(group_slices) < group.min_slices:
+        if group.min_slices - len(group_slices) > add:
+            result.reasons[name] = f"below min_slices ({len(group_slices)} < {group.min_slices})"
+        add = max(add, group.min_slices - len(group_slices))
+    return add
+
+
+def _idle_to_remove(
+    group: ScalingGroup, group_slices: list[SliceView], now_ms: int, settings: AutoscalerSettings
+) -> list[str]:
+    """Slices idle past scale_down_delay, longest idle first, never going below min_slices."""
+    idle = sorted(
+        (s for s in group_slices if s.state == SliceState.READY and s.idle_since_ms is not None),
+        key=lambda s: s.idle_since_ms or 0,
+    )
+    removable = len(group_slices) - group.min_slices
+    removed = []
+    for view in idle:
+        if removable <= 0:
+            break
+        if now_ms - (view.idle_since_ms or now_ms) >= settings.scale_down_delay_ms:
+            removed.append(view.slice_id)
+            removable -= 1
+    return removed
 
 
 def _unavailable_reason(group: ScalingGroup, state: str, now_ms: int) -> str:
@@ -227,8 +246,6 @@ class _Tracked:
     handle: SliceHandle
     group: str
     zone: str
-    # When the slice reached READY, for the registration deadline.
-    ready_at_ms: int | None = None
 
 
 class Autoscaler:
@@ -240,27 +257,23 @@ class Autoscaler:
         controller_address: str,
         apply_effects: Callable[[Effects], None],
         evaluation_interval_s: float | None = None,
+        clock: Clock = now_ms,
     ):
         self._store = store
+        self._clock = clock
         self._platform = platform
         self._config = config
         self._controller_address = controller_address
         self._apply_effects = apply_effects
-        self._labels = Labels(config.platform.label_prefix or "iris")
-        auto = config.defaults.autoscaler
-        timeouts = config.defaults.timeouts
-        self.settings = AutoscalerSettings(
-            scale_up_delay_ms=auto.scale_up_delay.milliseconds,
-            scale_down_delay_ms=auto.scale_down_delay.milliseconds,
-            quota_backoff_ms=auto.quota_backoff.milliseconds,
-            failure_backoff_base_ms=max(1000, auto.evaluation_interval.milliseconds),
-            failure_backoff_max_ms=auto.failure_backoff_max.milliseconds,
-            startup_grace_ms=max(auto.startup_grace_period.milliseconds, timeouts.init_timeout.milliseconds),
-        )
-        self._interval_s = evaluation_interval_s or auto.evaluation_interval.milliseconds / 1000 or 10.0
-        self.groups = {name: ScalingGroup(group) for name, group in sorted(config.scale_groups.items())}
+        self._labels = Labels(config.platform.label_prefix or DEFAULT_LABEL_PREFIX)
+        self.settings = AutoscalerSettings.from_config(config)
+        self._interval_s = evaluation_interval_s or self.settings.evaluation_interval_s
+        saved = store.load_scale_groups()
+        self.groups = {
+            name: ScalingGroup.restore(group, saved.get(name)) for name, group in sorted(config.scale_groups.items())
+        }
+        self._saved_groups = {name: group.bookkeeping() for name, group in self.groups.items()}
         self._tracked: dict[str, _Tracked] = {}
-        self._idle_since: dict[str, int] = {}
         self._actions: collections.deque[pb.AutoscalerAction] = collections.deque(maxlen=RECENT_ACTIONS)
         self._last_plan = Plan()
         self._adopted = False
@@ -299,7 +312,7 @@ class Autoscaler:
         logger.info("autoscaler %s %s %s %s", action, group, slice_id, reason)
         self._actions.append(
             pb.AutoscalerAction(
-                at=time_pb2.Timestamp(epoch_ms=_ms()),
+                at=time_pb2.Timestamp(epoch_ms=self._clock()),
                 scale_group=group,
                 action=action,
                 slice_id=slice_id,
@@ -316,7 +329,7 @@ class Autoscaler:
     def adopt_existing(self) -> None:
         """After a (re)start: take over the slices that exist and are ours, end the ones no group
         owns, and forget records of slices that vanished while the controller was away."""
-        now = _ms()
+        now = self._clock()
         found = self._platform.list_slices(self._zones(), {self._labels.managed: "true"})
         known = {row["slice_id"]: row for row in self._store.slices()}
         seen = set()
@@ -332,14 +345,14 @@ class Autoscaler:
                 continue
             if handle.slice_id not in known:
                 self._store.record_slice(
-                    handle.slice_id, group, handle.zone, "CREATING", "found running at controller start", now,
+                    handle.slice_id, group, handle.zone, "found running at controller start", now,
                     handle.labels, handle.created_at.epoch_ms,
                 )  # fmt: skip
                 self._record(group, "adopt", handle.slice_id, handle.zone, "found running at controller start")
             with self._lock:
                 self._tracked[handle.slice_id] = _Tracked(handle, group, handle.zone)
         for slice_id, row in known.items():
-            if slice_id not in seen and row["state"] not in ("DELETED",):
+            if slice_id not in seen and row["state"] != SliceState.DELETED:
                 self._vanished(slice_id, row["scale_group"], row["state"], now)
 
     def _vanished(self, slice_id: str, group: str, state: str, now: int) -> None:
@@ -349,19 +362,17 @@ class Autoscaler:
 
     def _forget(self, slice_id: str, state: str, reason: str, now: int) -> None:
         """Record a slice that is gone from the platform as DELETED, failing its workers first."""
-        if state not in ("FAILED", "DELETING"):
-            self._store.update_slice(slice_id, "FAILED", reason, now, error=reason)
+        if state not in (SliceState.FAILED, SliceState.DELETING):
+            self._store.update_slice(slice_id, SliceState.FAILED, reason, now, error=reason)
             self._fail_slice_workers(slice_id, reason)
-        if state != "DELETING":
-            self._store.update_slice(slice_id, "DELETING", "cleaning up", now)
-        self._store.update_slice(slice_id, "DELETED", reason, now)
+        if state != SliceState.DELETING:
+            self._store.update_slice(slice_id, SliceState.DELETING, "cleaning up", now)
+        self._store.update_slice(slice_id, SliceState.DELETED, reason, now)
 
     def _fail_slice_workers(self, slice_id: str, reason: str) -> None:
-        worker_ids = [
-            w.worker_id for w in self._store.list_workers() if _attr(w, "slice-id") == slice_id
-        ]
+        worker_ids = [w["worker_id"] for w in self._store.slice_members().get(slice_id, [])]
         if worker_ids:
-            self._apply_effects(self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", _ms()))
+            self._apply_effects(self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", self._clock()))
 
     # ------------------------------------------------------------ one evaluation
 
@@ -375,21 +386,16 @@ class Autoscaler:
                 return self._last_plan
             self._adopted = True
         self._observe_slices()
-        now = _ms()
+        now = self._clock()
         views = self._slice_views(now)
         demands, _ = self._store.scheduling_inputs()
         units = demand_units(demands)
         with self._lock:
             groups = list(self.groups.values())
             result = plan(groups, views, units, now, self.settings)
-            newly_waiting = False
+            newly_waiting = any(g.demand_since_ms is None and result.demand_since[g.name] for g in groups)
             for group in groups:
-                if result.demand.get(group.name):
-                    if group.demand_since_ms is None:
-                        group.demand_since_ms = now
-                        newly_waiting = True
-                else:
-                    group.demand_since_ms = None
+                group.demand_since_ms = result.demand_since[group.name]
             if newly_waiting:
                 # Demand first seen now must wait out scale_up_delay like any other: plan again
                 # with its start recorded.
@@ -401,28 +407,37 @@ class Autoscaler:
                     break
         for name, slice_id in result.scale_down:
             self._terminate(slice_id, f"idle for {self.settings.scale_down_delay_ms / 1000:.0f}s (scale_down_delay)")
+        self._save_groups()
         return result
 
+    def _save_groups(self) -> None:
+        """Persist each group's bookkeeping that changed, so a restarted controller keeps its
+        backoffs, blocked zones and how long demand has waited."""
+        with self._lock:
+            for name, group in self.groups.items():
+                saved = group.bookkeeping()
+                if self._saved_groups.get(name) != saved:
+                    self._store.save_scale_group(name, **saved)
+                    self._saved_groups[name] = saved
+
     def _slice_views(self, now: int) -> list[SliceView]:
-        busy: dict[str, bool] = {}
-        registered: dict[str, set[str]] = collections.defaultdict(set)
-        for worker in self._store.list_workers():
-            slice_id = _attr(worker, "slice-id")
-            if not slice_id:
-                continue
-            if worker.state == pb.WORKER_STATE_HEALTHY:
-                registered[slice_id].add(worker.worker_id)
-            busy[slice_id] = busy.get(slice_id, False) or bool(worker.running_task_ids)
+        """Each slice with its members joined on the slice id they registered with; an idle
+        slice's idle-since time is kept in the store, so a restart does not reset it."""
+        members = self._store.slice_members()
         views = []
         for row in self._store.slices():
             slice_id = row["slice_id"]
-            expected = set(json.loads(row["worker_ids"]))
-            is_registered = row["state"] == "READY" and bool(expected) and expected <= registered[slice_id]
-            idle_since = None
-            if is_registered and not busy.get(slice_id, False):
-                idle_since = self._idle_since.setdefault(slice_id, now)
-            else:
-                self._idle_since.pop(slice_id, None)
+            own = members.get(slice_id, [])
+            expected = json.loads(row["worker_ids"])
+            is_registered = row["state"] == SliceState.READY and slice_registered(expected, healthy_members(own))
+            idle_since = row["idle_since_ms"]
+            if is_registered and not any(w["busy"] for w in own):
+                if idle_since is None:
+                    idle_since = now
+                    self._store.update_slice_bookkeeping(slice_id, idle_since_ms=now)
+            elif idle_since is not None:
+                idle_since = None
+                self._store.update_slice_bookkeeping(slice_id, idle_since_ms=None)
             views.append(
                 SliceView(slice_id, row["scale_group"], row["zone"], row["state"], idle_since, is_registered)
             )
@@ -430,7 +445,7 @@ class Autoscaler:
 
     def _observe_slices(self) -> None:
         """Poll every slice and record what changed; FAILED slices are cleaned up and counted."""
-        now = _ms()
+        now = self._clock()
         rows = {row["slice_id"]: row for row in self._store.slices()}
         with self._lock:
             tracked = dict(self._tracked)
@@ -438,7 +453,7 @@ class Autoscaler:
             row = rows.get(slice_id)
             if row is None:
                 continue
-            if row["state"] in ("DELETING", "FAILED"):
+            if row["state"] in (SliceState.DELETING, SliceState.FAILED):
                 # A termination cut short (platform outage, controller crash): finish it.
                 self._terminate(slice_id, row["error"] or "finishing an interrupted termination", action="terminate")
                 continue
@@ -455,46 +470,38 @@ class Autoscaler:
             if state == row["state"] or state in (CloudSliceState.UNKNOWN.value, CloudSliceState.REPAIRING.value):
                 self._check_registration(slice_id, entry, row, now)
                 continue
-            if state == "FAILED" or (state == "DELETING" and row["state"] != "DELETING"):
+            if state == SliceState.FAILED or (state == SliceState.DELETING and row["state"] != SliceState.DELETING):
                 self._slice_failed(slice_id, entry, row["state"], status.message or "the platform reported it failed")
                 continue
             worker_ids = [w.worker_id for w in status.workers]
             self._store.update_slice(slice_id, state, f"platform reports {state}", now, worker_ids=worker_ids)
-            if state == "READY":
-                entry.ready_at_ms = now
+            if state == SliceState.READY:
                 self.groups[entry.group].record_success()
                 self._record(entry.group, "ready", slice_id, entry.zone, f"{len(worker_ids)} worker(s) up")
 
     def _check_registration(self, slice_id: str, entry: _Tracked, row, now: int) -> None:
         """A READY slice whose workers never register is as good as failed."""
-        if row["state"] != "READY" or entry.ready_at_ms is None:
+        if row["state"] != SliceState.READY or row["ready_at_ms"] is None:
             return
-        if now - entry.ready_at_ms < self.settings.startup_grace_ms:
+        expected = json.loads(row["worker_ids"])
+        healthy = healthy_members(self._store.slice_members().get(slice_id, []))
+        if slice_registered(expected, healthy):
+            # Registered: the deadline no longer applies, even across a controller restart.
+            self._store.update_slice_bookkeeping(slice_id, ready_at_ms=None)
             return
-        expected = set(json.loads(row["worker_ids"]))
-        healthy = {w.worker_id for w in self._store.list_workers() if w.state == pb.WORKER_STATE_HEALTHY}
-        missing = sorted(expected - healthy)
-        if missing:
-            self._slice_failed(
-                slice_id,
-                entry,
-                row["state"],
-                f"worker(s) {', '.join(missing)} did not register within the startup grace period "
-                f"({self.settings.startup_grace_ms / 1000:.0f}s)",
-                never_usable=True,
-            )
-        else:
-            entry.ready_at_ms = None
+        failure = registration_failure(expected, healthy, row["ready_at_ms"], now, self.settings.startup_grace_ms)
+        if failure:
+            self._slice_failed(slice_id, entry, row["state"], failure, never_usable=True)
 
     def _slice_failed(
         self, slice_id: str, entry: _Tracked, current: str, reason: str, never_usable: bool = False
     ) -> None:
-        now = _ms()
+        now = self._clock()
         group = self.groups[entry.group]
-        if current != "FAILED":
-            self._store.update_slice(slice_id, "FAILED", reason, now, error=reason)
+        if current != SliceState.FAILED:
+            self._store.update_slice(slice_id, SliceState.FAILED, reason, now, error=reason)
         self._fail_slice_workers(slice_id, reason)
-        if current != "READY" or never_usable:
+        if current != SliceState.READY or never_usable:
             # A slice that never came up says something about the group (bad image, no capacity);
             # a READY slice dying (preemption) does not, so it costs no backoff.
             group.record_failure(now, reason, self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)
@@ -505,7 +512,6 @@ class Autoscaler:
     def _untrack(self, slice_id: str) -> None:
         with self._lock:
             self._tracked.pop(slice_id, None)
-        self._idle_since.pop(slice_id, None)
 
     # ------------------------------------------------------------ actions
 
@@ -517,7 +523,7 @@ class Autoscaler:
 
     def _scale_up(self, group: ScalingGroup, reason: str) -> str | None:
         """Create one slice, trying the group's zones in order; its id, or None when none would take it."""
-        now = _ms()
+        now = self._clock()
         for zone in group.available_zones(now):
             config = prepare_slice_config(group.config.slice_template, group.name, self._labels.prefix, zone)
             try:
@@ -531,7 +537,7 @@ class Autoscaler:
                 self._record(group.name, "failed", zone=zone, reason=str(exc))
                 return None
             self._store.record_slice(
-                handle.slice_id, group.name, handle.zone or zone, "CREATING", reason, now, handle.labels,
+                handle.slice_id, group.name, handle.zone or zone, reason, now, handle.labels,
                 handle.created_at.epoch_ms,
             )  # fmt: skip
             with self._lock:
@@ -542,14 +548,14 @@ class Autoscaler:
         return None
 
     def _terminate(self, slice_id: str, reason: str, action: str = "scale_down") -> None:
-        now = _ms()
+        now = self._clock()
         with self._lock:
             entry = self._tracked.get(slice_id)
         row = next((r for r in self._store.slices() if r["slice_id"] == slice_id), None)
         if row is None:
             return
-        if row["state"] != "DELETING":
-            self._store.update_slice(slice_id, "DELETING", reason, now)
+        if row["state"] != SliceState.DELETING:
+            self._store.update_slice(slice_id, SliceState.DELETING, reason, now)
         self._record(row["scale_group"], action, slice_id, row["zone"], reason)
         if entry is not None:
             try:
@@ -561,7 +567,7 @@ class Autoscaler:
                 logger.warning("terminating slice %s failed: %s; will retry", slice_id, exc)
                 return
         self._fail_slice_workers(slice_id, f"slice terminated: {reason}")
-        self._store.update_slice(slice_id, "DELETED", "terminated", _ms())
+        self._store.update_slice(slice_id, SliceState.DELETED, "terminated", self._clock())
         self._untrack(slice_id)
 
     # ------------------------------------------------------------ operator actions
@@ -571,10 +577,13 @@ class Autoscaler:
         if group is None:
             known = ", ".join(self.groups) or "none"
             raise ValueError(f"no scale group named {group_name!r} (configured: {known})")
-        live = [r for r in self._store.slices() if r["scale_group"] == group_name and r["state"] not in ("DELETED", "DELETING", "FAILED")]
+        live = [
+            r for r in self._store.slices() if r["scale_group"] == group_name and r["state"] in LIVE_SLICE_STATES
+        ]
         if len(live) >= group.max_slices:
             raise ValueError(f"scale group {group_name} is at max_slices ({group.max_slices})")
         slice_id = self._scale_up(group, "requested by an operator")
+        self._save_groups()
         if slice_id is None:
             raise PlatformError(f"could not create a slice for {group_name}: {group.last_failure or 'no zone had quota'}")
         return slice_id
@@ -594,7 +603,7 @@ class Autoscaler:
     # ------------------------------------------------------------ status
 
     def status(self) -> pb.GetAutoscalerStatusResponse:
-        now = _ms()
+        now = self._clock()
         views = {v.slice_id: v for v in self._slice_views(now)}
         rows = self._store.slices()
         response = pb.GetAutoscalerStatusResponse(enabled=True, unroutable=self._last_plan.unroutable)
@@ -622,29 +631,28 @@ class Autoscaler:
                 )
                 if group.backoff_until_ms > now:
                     status.backoff_until.CopyFrom(time_pb2.Timestamp(epoch_ms=group.backoff_until_ms))
-                status.slices.extend(slice_info(r, views.get(r["slice_id"])) for r in rows if r["scale_group"] == name)
+                status.slices.extend(render.slice_info(r) for r in rows if r["scale_group"] == name)
                 response.groups.append(status)
             response.recent_actions.extend(reversed(self._actions))
         return response
 
 
-def slice_info(row, view: SliceView | None = None, history: list[pb.StateTransition] | None = None) -> pb.SliceInfo:
-    info = pb.SliceInfo(
-        slice_id=row["slice_id"],
-        scale_group=row["scale_group"],
-        zone=row["zone"],
-        state=row["state"],
-        created_at=time_pb2.Timestamp(epoch_ms=row["created_at_ms"]),
-        updated_at=time_pb2.Timestamp(epoch_ms=row["updated_at_ms"]),
-        error=row["error"],
-        worker_ids=json.loads(row["worker_ids"]),
-        labels=json.loads(row["labels"]),
-        idle=bool(view and view.idle_since_ms is not None),
-    )
-    info.history.extend(history or [])
-    return info
+def healthy_members(members: list) -> set[str]:
+    return {w["worker_id"] for w in members if w["state"] == pb.WORKER_STATE_HEALTHY}
 
 
-def _attr(worker: pb.WorkerInfo, key: str) -> str:
-    value = worker.metadata.attributes.get(key)
-    return "" if value is None else str(attribute_from_proto(value))
+def slice_registered(expected: list[str], healthy: set[str]) -> bool:
+    """Every worker the platform started for the slice registered with its slice id. Workers
+    are counted, not matched by name: a worker may register under its own id (host:port)."""
+    return bool(expected) and len(healthy) >= len(expected)
+
+
+def registration_failure(expected: list[str], healthy: set[str], ready_at_ms: int, now_ms: int, grace_ms: int) -> str:
+    """Why a READY slice counts as failed: its workers did not all register within the startup
+    grace; "" while they have, or may still."""
+    if slice_registered(expected, healthy) or now_ms - ready_at_ms < grace_ms:
+        return ""
+    missing = sorted(set(expected) - healthy)
+    short = len(expected) - len(healthy)
+    who = f"worker(s) {', '.join(missing)}" if len(missing) == short else f"{short} of {len(expected)} worker(s)"
+    return f"{who} did not register within the startup grace period ({grace_ms / 1000:.0f}s)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from iris import storage
-from iris.client.bundle import validate_digest
+from iris.bundle_format import validate_digest
 
 
 class BundleStore:

@@ -15,26 +15,33 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES
 from iris.chaos import load_from_env
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
-from iris.cluster.controller.controller import Controller, ControllerSettings
+from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.service import ControllerServiceImpl
+from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name
-from iris.config import DEFAULT_CONTROLLER_PORT, ConfigError, load_and_validate
+from iris.config import (
+    DEFAULT_CONTROLLER_PORT,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_WORKER_TIMEOUT,
+    ConfigError,
+    load_and_validate,
+)
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
 from iris.rpc.cluster_connect import ControllerServiceASGIApplication
 
 logger = logging.getLogger("iris.controller")
 
-MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 # Room for the rest of a LaunchJob request around the largest bundle.
-MAX_REQUEST_BYTES = MAX_BUNDLE_BYTES + 4 * 1024 * 1024
+MAX_REQUEST_BYTES = DEFAULT_MAX_BUNDLE_BYTES + 4 * 1024 * 1024
 
 
 class ControllerDaemon:
@@ -46,10 +53,10 @@ class ControllerDaemon:
         bundle_prefix: str,
         host: str = "127.0.0.1",
         port: int = 0,
-        heartbeat_interval_s: float = 5.0,
-        worker_timeout_s: float = 60.0,
+        heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL.seconds,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT.seconds,
         advertise_host: str | None = None,
-        scheduler_fallback_interval_s: float = 1.0,
+        scheduler_fallback_interval_s: float = SCHEDULER_FALLBACK_INTERVAL_S,
         cluster_config: config_pb2.IrisClusterConfig | None = None,
         config_path: str | None = None,
     ):
@@ -80,7 +87,7 @@ class ControllerDaemon:
                 self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, MAX_BUNDLE_BYTES, self.platform), read_max_bytes=MAX_REQUEST_BYTES
+            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform), read_max_bytes=MAX_REQUEST_BYTES
         )
         app = build_app(
             [service],

@@ -7,10 +7,20 @@ tested without a platform, a store or a real clock.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, constraint_holds
-from iris.cluster.types import AttributeValue, tpu_topology
+from iris.cluster.controller.scheduler import constraint_holds
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand
+from iris.cluster.types import (
+    ATTR_DEVICE_VARIANT,
+    ATTR_PREEMPTIBLE,
+    ATTR_SCALE_GROUP,
+    ATTR_ZONE,
+    AttributeValue,
+    tpu_topology,
+)
 from iris.rpc import config_pb2
 
 _ACCELERATOR_KIND = {config_pb2.ACCELERATOR_TYPE_GPU: "gpu", config_pb2.ACCELERATOR_TYPE_TPU: "tpu"}
@@ -27,6 +37,30 @@ class ScalingGroup:
     # When demand routed to this group was first seen unmet (None: no demand now).
     demand_since_ms: int | None = None
     last_scale_up_ms: int = 0
+
+    @classmethod
+    def restore(cls, config: config_pb2.ScaleGroupConfig, saved: Mapping | None) -> ScalingGroup:
+        """The group with the bookkeeping a previous controller persisted (see `bookkeeping()`)."""
+        group = cls(config)
+        if saved is not None:
+            group.blocked_zones = {z: (until, why) for z, (until, why) in json.loads(saved["blocked_zones"]).items()}
+            group.backoff_until_ms = saved["backoff_until_ms"]
+            group.consecutive_failures = saved["consecutive_failures"]
+            group.last_failure = saved["last_failure"]
+            group.demand_since_ms = saved["demand_since_ms"]
+            group.last_scale_up_ms = saved["last_scale_up_ms"]
+        return group
+
+    def bookkeeping(self) -> dict[str, int | str | None]:
+        """What the store keeps of the group between controller runs."""
+        return {
+            "blocked_zones": json.dumps(self.blocked_zones, sort_keys=True),
+            "backoff_until_ms": self.backoff_until_ms,
+            "consecutive_failures": self.consecutive_failures,
+            "last_failure": self.last_failure,
+            "demand_since_ms": self.demand_since_ms,
+            "last_scale_up_ms": self.last_scale_up_ms,
+        }
 
     @property
     def name(self) -> str:
@@ -81,18 +115,18 @@ class ScalingGroup:
 
     def worker_attributes(self, zone: str = "") -> dict[str, AttributeValue]:
         """The attributes its workers will report, for checking constraints before they exist."""
-        attributes: dict[str, AttributeValue] = {"scale-group": self.name}
+        attributes: dict[str, AttributeValue] = {ATTR_SCALE_GROUP: self.name}
         if zone:
-            attributes["zone"] = zone
+            attributes[ATTR_ZONE] = zone
         template = self.config.slice_template
         if template.WhichOneof("platform") == "gcp":
-            attributes["preemptible"] = str(template.gcp.preemptible).lower()
+            attributes[ATTR_PREEMPTIBLE] = str(template.gcp.preemptible).lower()
         if template.WhichOneof("platform") == "local":
-            attributes["zone"] = "local"
+            attributes[ATTR_ZONE] = "local"
             attributes.update(template.local.attributes)
         device = self.worker_device()
         if device is not None:
-            attributes["device-variant"] = device.variant
+            attributes[ATTR_DEVICE_VARIANT] = device.variant
         return attributes
 
     def cannot_serve(self, demand: TaskDemand, gang_size: int) -> str:

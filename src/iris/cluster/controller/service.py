@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -17,22 +16,23 @@ from typing import TypeVar
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.cluster.controller.autoscaler import Autoscaler, slice_info
-from iris.cluster.controller.controller import Controller, now_ms
+from iris.cluster.controller import render
+from iris.cluster.controller.autoscaler import Autoscaler
+from iris.cluster.controller.controller import Controller
+from iris.cluster.controller.launch import validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
-from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
+from iris.cluster.types import normalize_job_id
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError
+from iris.time import now_ms
 
 logger = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
 DEFAULT_LOG_LINES = 1000
-# Preemptions are not the task's fault: retry them generously unless the user says otherwise.
-DEFAULT_MAX_RETRIES_PREEMPTION = 100
 
 R = TypeVar("R")
 
@@ -86,63 +86,9 @@ class ControllerServiceImpl:
 
     @_rpc
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
-        entry = request.entrypoint.WhichOneof("kind")
-        if entry is None:
-            raise ValueError("entrypoint is required: give a command or a callable")
-        if entry == "command" and not request.entrypoint.command.argv:
-            raise ValueError("the command entrypoint has no arguments")
-        if request.replicas < 0:
-            raise ValueError(f"replicas must be >= 0, got {request.replicas}")
-        resources = request.resources
-        if resources.cpu_millicores < 0 or resources.memory_bytes < 0 or resources.disk_bytes < 0:
-            raise ValueError("resources cannot be negative")
-        if request.name:
-            JobName.parse(request.name)
-        for constraint in request.constraints:
-            Constraint.from_proto(constraint)
-        if request.resources.device.HasField("tpu"):
-            self._shape_tpu_job(request)
-        if request.coscheduling.group_by and request.replicas <= 1:
-            raise ValueError("coscheduling places several tasks together: set replicas to 2 or more")
-        if request.coscheduling.group_by and request.max_task_failures:
-            raise ValueError(
-                "a coscheduled job runs as one unit, so one failed task ends it: max_task_failures must be 0 "
-                "(use max_retries_failure to retry the gang)"
-            )
-        if request.parent_job_id:
-            request.parent_job_id = normalize_job_id(request.parent_job_id)
-        if request.bundle_blob:
-            if len(request.bundle_blob) > self._max_bundle_bytes:
-                raise ValueError(
-                    f"bundle is {len(request.bundle_blob) / 2**20:.1f} MiB, over the controller's limit of "
-                    f"{self._max_bundle_bytes / 2**20:.0f} MiB; add large files to .gitignore"
-                )
-            digest = hashlib.sha256(request.bundle_blob).hexdigest()
-            if request.bundle_sha256 and request.bundle_sha256 != digest:
-                raise ValueError(
-                    f"bundle digest mismatch: the request says {request.bundle_sha256} but the bytes hash to {digest}"
-                )
-            request.bundle_sha256 = digest
-        if not request.HasField("max_retries_preemption"):
-            request.max_retries_preemption = DEFAULT_MAX_RETRIES_PREEMPTION
+        validate_launch_request(request, self._max_bundle_bytes)
         job_id = await self._controller.launch_job(request)
         return pb.LaunchJobResponse(job_id=job_id)
-
-    @staticmethod
-    def _shape_tpu_job(request: pb.LaunchJobRequest) -> None:
-        """A multi-host TPU slice runs one task per host, all at once on one slice."""
-        topology = tpu_topology(request.resources.device.tpu.variant)
-        if topology.hosts == 1:
-            return
-        if request.replicas in (0, 1):
-            request.replicas = topology.hosts
-        elif request.replicas != topology.hosts:
-            raise ValueError(
-                f"{topology.variant} has {topology.hosts} hosts, so the job needs {topology.hosts} replicas "
-                f"(one per host), not {request.replicas}"
-            )
-        if not request.coscheduling.group_by:
-            request.coscheduling.group_by = "tpu-name"
 
     @_rpc
     async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:
@@ -248,14 +194,14 @@ class ControllerServiceImpl:
     async def list_slices(self, request: pb.ListSlicesRequest, ctx) -> pb.ListSlicesResponse:
         rows = self._store.slices(include_deleted=request.include_deleted)
         return pb.ListSlicesResponse(
-            slices=[slice_info(r) for r in rows if not request.scale_group or r["scale_group"] == request.scale_group]
+            slices=[render.slice_info(r) for r in rows if not request.scale_group or r["scale_group"] == request.scale_group]
         )
 
     @_rpc
     async def get_slice(self, request: pb.GetSliceRequest, ctx) -> pb.SliceInfo:
         for row in self._store.slices(include_deleted=True):
             if row["slice_id"] == request.slice_id:
-                return slice_info(row, history=self._store.slice_history(request.slice_id))
+                return render.slice_info(row, self._store.slice_history(request.slice_id))
         raise NotFoundError(f"slice {request.slice_id} not found")
 
     @_rpc
@@ -263,7 +209,7 @@ class ControllerServiceImpl:
         autoscaler = self._autoscaler()
         slice_id = await asyncio.to_thread(autoscaler.create_slice, request.scale_group)
         row = next(r for r in self._store.slices() if r["slice_id"] == slice_id)
-        return pb.CreateSliceResponse(slice=slice_info(row))
+        return pb.CreateSliceResponse(slice=render.slice_info(row))
 
     @_rpc
     async def terminate_slice(self, request: pb.TerminateSliceRequest, ctx) -> pb.TerminateSliceResponse:

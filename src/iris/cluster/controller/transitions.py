@@ -1,9 +1,9 @@
-"""Legal state changes for tasks, attempts, jobs and workers, and job-state derivation.
+"""Legal state changes for jobs, tasks, attempts, workers and slices, and job-state derivation.
 
 Each table maps a state to the states it may move to, with the event that causes each edge. The
-store applies every change through `check_transition()` and records it (time, reason); nothing
-else writes a state column. Job state is never set directly except for KILLED: it is derived from
-task states by `derive_job_state()`.
+store's one mutation path (`ControllerStore.set_state`) checks every change against its table and
+records it (time, reason, causing event); nothing else writes a state column. Job state is never
+set directly except for KILLED: it is derived from task states by `derive_job_state()`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from iris.rpc import cluster_pb2 as pb
 
@@ -117,6 +118,9 @@ JOB_TRANSITIONS[pb.JOB_STATE_PENDING][pb.JOB_STATE_WORKER_FAILED] = "its tasks' 
 JOB_TRANSITIONS[pb.JOB_STATE_BUILDING][pb.JOB_STATE_WORKER_FAILED] = "its tasks' workers kept dying"
 
 WORKER_TRANSITIONS: dict[int, dict[int, str]] = {
+    pb.WORKER_STATE_UNSPECIFIED: {
+        pb.WORKER_STATE_HEALTHY: "it registered for the first time",
+    },
     pb.WORKER_STATE_HEALTHY: {
         pb.WORKER_STATE_UNHEALTHY: "a heartbeat failed",
         pb.WORKER_STATE_FAILED: "no successful heartbeat within the worker timeout",
@@ -135,30 +139,48 @@ WORKER_TRANSITIONS: dict[int, dict[int, str]] = {
     },
 }
 
-# A slice's life as the controller records it; the cloud's own states arrive through describe().
+class SliceState(StrEnum):
+    """A slice's life as the controller records it; the cloud's own states arrive through describe()."""
+
+    UNSPECIFIED = ""
+    CREATING = "CREATING"
+    BOOTSTRAPPING = "BOOTSTRAPPING"
+    READY = "READY"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+    DELETED = "DELETED"
+
+
+# Slices that still hold (or will hold) cloud resources and count against a group's max_slices.
+LIVE_SLICE_STATES = (SliceState.CREATING, SliceState.BOOTSTRAPPING, SliceState.READY)
+IN_FLIGHT_SLICE_STATES = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
+
 SLICE_TRANSITIONS: dict[str, dict[str, str]] = {
-    "CREATING": {
-        "BOOTSTRAPPING": "the platform provisioned it and is starting workers",
-        "READY": "its workers are up",
-        "FAILED": "provisioning or bootstrap failed",
-        "DELETING": "scaled down or terminated before it was ready",
+    SliceState.UNSPECIFIED: {
+        SliceState.CREATING: "the autoscaler asked the platform for it, or found it running",
     },
-    "BOOTSTRAPPING": {
-        "READY": "its workers are up",
-        "FAILED": "bootstrap failed",
-        "DELETING": "scaled down or terminated before it was ready",
+    SliceState.CREATING: {
+        SliceState.BOOTSTRAPPING: "the platform provisioned it and is starting workers",
+        SliceState.READY: "its workers are up",
+        SliceState.FAILED: "provisioning or bootstrap failed",
+        SliceState.DELETING: "scaled down or terminated before it was ready",
     },
-    "READY": {
-        "FAILED": "the slice died (preempted, a worker lost, or it vanished)",
-        "DELETING": "scaled down or terminated",
+    SliceState.BOOTSTRAPPING: {
+        SliceState.READY: "its workers are up",
+        SliceState.FAILED: "bootstrap failed",
+        SliceState.DELETING: "scaled down or terminated before it was ready",
     },
-    "FAILED": {
-        "DELETING": "its remains are being cleaned up",
+    SliceState.READY: {
+        SliceState.FAILED: "the slice died (preempted, a worker lost, or it vanished)",
+        SliceState.DELETING: "scaled down or terminated",
     },
-    "DELETING": {
-        "DELETED": "the platform removed it",
+    SliceState.FAILED: {
+        SliceState.DELETING: "its remains are being cleaned up",
     },
-    "DELETED": {},
+    SliceState.DELETING: {
+        SliceState.DELETED: "the platform removed it",
+    },
+    SliceState.DELETED: {},
 }
 
 _TABLES = {
@@ -171,7 +193,10 @@ _TABLES = {
 
 
 class InvalidTransitionError(RuntimeError):
-    pass
+    def __init__(self, message: str, kind: str = "", entity_id: str = ""):
+        super().__init__(message)
+        self.kind = kind
+        self.entity_id = entity_id
 
 
 def check_transition(kind: str, entity_id: str, old: int | str, new: int | str, history: Iterable[str] = ()) -> None:
@@ -180,7 +205,9 @@ def check_transition(kind: str, entity_id: str, old: int | str, new: int | str, 
     if new not in table.get(old, {}):
         story = "; ".join(history) or "no recorded history"
         raise InvalidTransitionError(
-            f"illegal {kind} transition for {entity_id}: {name(old)} -> {name(new)} (history: {story})"
+            f"illegal {kind} transition for {entity_id}: {name(old)} -> {name(new)} (history: {story})",
+            kind,
+            entity_id,
         )
 
 

@@ -34,6 +34,8 @@ from iris.cluster.platform.base import (
     WorkerStatus,
 )
 from iris.cluster.platform.bootstrap import worker_offer_flags
+from iris.cluster.types import ATTR_SCALE_GROUP, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE
+from iris.config import DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp, wait_until
 
@@ -48,6 +50,8 @@ class LocalWorkerSpec:
 
     worker_id: str
     attributes: dict[str, str] = field(default_factory=dict)
+    # The slice the worker belongs to; empty for a standalone worker.
+    slice_id: str = ""
     cpu: float | None = None
     memory_bytes: int | None = None
     tpu_variant: str = ""
@@ -69,6 +73,8 @@ def spawn_worker(
         "--worker-id", spec.worker_id,
         "--kill-grace", str(kill_grace_s),
     ]  # fmt: skip
+    if spec.slice_id:
+        cmd += ["--slice-id", spec.slice_id]
     cmd += worker_offer_flags(spec.attributes, spec.cpu, spec.memory_bytes, spec.tpu_variant, spec.gpu_spec)
     with open(work_dir / "worker.log", "ab") as log:
         return subprocess.Popen(
@@ -243,7 +249,7 @@ class LocalPlatform:
         state_dir: Path,
         label_prefix: str = "iris",
         group_resources: dict[str, config_pb2.ScaleGroupResources] | None = None,
-        kill_grace_s: float = 10.0,
+        kill_grace_s: float = DEFAULT_KILL_GRACE_PERIOD.seconds,
         config_path: str | None = None,
     ):
         self.state_dir = state_dir
@@ -304,16 +310,16 @@ class LocalPlatform:
             for index in range(max(config.num_vms, 1)):
                 worker_id = f"{slice_id}-{index}"
                 attributes = {
-                    "scale-group": group,
-                    "slice-id": slice_id,
-                    "tpu-name": slice_id,
-                    "tpu-worker-id": str(index),
-                    "zone": "local",
+                    ATTR_SCALE_GROUP: group,
+                    ATTR_TPU_NAME: slice_id,
+                    ATTR_TPU_WORKER_ID: str(index),
+                    ATTR_ZONE: "local",
                     **config.local.attributes,
                 }
                 spec = LocalWorkerSpec(
                     worker_id,
                     attributes,
+                    slice_id=slice_id,
                     cpu=float(resources.cpu) if resources.cpu else None,
                     memory_bytes=resources.ram or None,
                     tpu_variant=tpu,

@@ -34,11 +34,11 @@ from iris.cluster.runtime.engine import (
     container_env,
     container_name,
     cpu_percent,
-    now_ms,
     parse_rfc3339_ms,
     stop_timeout_seconds,
 )
 from iris.cluster.runtime.types import LABEL_MANAGED, ContainerConfig, ContainerError, ContainerStats
+from iris.time import now_ms
 
 if TYPE_CHECKING:
     import docker

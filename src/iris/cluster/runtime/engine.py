@@ -20,7 +20,6 @@ import re
 import shlex
 import signal
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -39,6 +38,8 @@ from iris.cluster.runtime.types import (
     LogLine,
     LogSource,
 )
+from iris.cluster.task_env import TPU_RUNTIME_ENV
+from iris.time import now_ms
 
 LABEL_ROLE = "iris.role"
 ROLE_MAIN = "main"
@@ -49,7 +50,6 @@ TPU_DEVICE = "/dev/vfio"
 TPU_SHM_BYTES = 100 * 1024**3
 TPU_MEMLOCK_BYTES = 68719476736
 TPU_CAPABILITIES = ("SYS_RESOURCE",)
-TPU_ENV = {"JAX_PLATFORMS": "tpu,cpu", "PJRT_DEVICE": "TPU"}
 
 # kill() waits this long past the engine's own stop for the monitor to record the exit.
 _EXIT_SETTLE_SECONDS = 5.0
@@ -64,10 +64,6 @@ _PIP_SCRIPT = (
     'elif command -v uv >/dev/null 2>&1; then exec uv pip install --python python3 --target "$0" "$@"; '
     'else echo "the task image has neither pip nor uv to install packages with" >&2; exit 127; fi'
 )
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def container_name(config: ContainerConfig) -> str:
@@ -97,7 +93,7 @@ def container_env(config: ContainerConfig) -> dict[str, str]:
     """The env of every container of an attempt: the config's on top of the image's."""
     env = {"PYTHONUNBUFFERED": "1"}
     if config.tpu_variant:
-        env.update(TPU_ENV)
+        env.update(TPU_RUNTIME_ENV)
     env.update(config.env)
     if config.pip_packages:
         packages = str(config.workdir / PACKAGES_DIRNAME)

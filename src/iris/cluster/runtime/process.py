@@ -43,6 +43,7 @@ from iris.cluster.runtime.types import (
     LogLine,
     LogSource,
 )
+from iris.time import now_ms
 
 MONITOR_INTERVAL_SECONDS = 0.1
 TIMEOUT_GRACE_SECONDS = 5.0
@@ -87,10 +88,6 @@ _BASE_ENV_NAMES = frozenset(
         "SSL_CERT_DIR",
     }
 )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _base_env() -> dict[str, str]:
@@ -374,7 +371,7 @@ class ProcessContainerHandle:
                 data = raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
                 log_file.write(data + "\n")
                 log_file.flush()
-                self._append(LogLine(timestamp_ms=_now_ms(), source=source, data=data))
+                self._append(LogLine(timestamp_ms=now_ms(), source=source, data=data))
 
     def _append(self, line: LogLine) -> None:
         with self._lock:
@@ -441,7 +438,7 @@ class ProcessContainerHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             self._current = current
-            self._status.started_at_ms = _now_ms()
+            self._status.started_at_ms = now_ms()
             kill_requested = self._kill_requested
         started.set()
         if kill_requested:
@@ -458,7 +455,7 @@ class ProcessContainerHandle:
         with self._lock:
             killed = self._kill_requested
             if not killed:
-                self._lines.append(LogLine(timestamp_ms=_now_ms(), source="build", data=f"$ {display}"))
+                self._lines.append(LogLine(timestamp_ms=now_ms(), source="build", data=f"$ {display}"))
             first_line = len(self._lines)
         if killed:
             self._fail_build(display, 128 + signal.SIGKILL, [], error="killed during build")
@@ -491,7 +488,7 @@ class ProcessContainerHandle:
         self._status.phase = ContainerPhase.EXITED
         self._status.exit_code = exit_code
         self._status.error = error
-        self._status.finished_at_ms = _now_ms()
+        self._status.finished_at_ms = now_ms()
         self._exited.set()
 
     def _write_meta(self, pid: int | None, create_time: float | None) -> None:

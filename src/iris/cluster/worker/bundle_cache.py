@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from iris import chaos, storage
-from iris.client.bundle import extract_bundle, validate_digest
+from iris.bundle_format import extract_bundle, validate_digest
 
 logger = logging.getLogger(__name__)
 

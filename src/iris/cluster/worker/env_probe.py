@@ -8,19 +8,32 @@ from pathlib import Path
 
 import psutil
 
-from iris.cluster.types import attribute_to_proto, parse_attribute, tpu_device, tpu_topology
+from iris.cluster.types import (
+    ATTR_DEVICE_VARIANT,
+    ATTR_PREEMPTIBLE,
+    ATTR_REGION,
+    ATTR_SCALE_GROUP,
+    ATTR_TPU_NAME,
+    ATTR_TPU_TOPOLOGY,
+    ATTR_TPU_WORKER_ID,
+    ATTR_ZONE,
+    attribute_to_proto,
+    parse_attribute,
+    tpu_device,
+    tpu_topology,
+)
 from iris.rpc import cluster_pb2 as pb
 
 # Attributes read from the environment when present, so a worker on a TPU VM or in a Pod reports
 # where it is without extra flags.
 _ENV_ATTRIBUTES = {
-    "TPU_NAME": "tpu-name",
-    "TPU_WORKER_ID": "tpu-worker-id",
-    "TPU_TOPOLOGY": "tpu-topology",
-    "IRIS_ZONE": "zone",
-    "IRIS_REGION": "region",
-    "IRIS_SCALE_GROUP": "scale-group",
-    "IRIS_PREEMPTIBLE": "preemptible",
+    "TPU_NAME": ATTR_TPU_NAME,
+    "TPU_WORKER_ID": ATTR_TPU_WORKER_ID,
+    "TPU_TOPOLOGY": ATTR_TPU_TOPOLOGY,
+    "IRIS_ZONE": ATTR_ZONE,
+    "IRIS_REGION": ATTR_REGION,
+    "IRIS_SCALE_GROUP": ATTR_SCALE_GROUP,
+    "IRIS_PREEMPTIBLE": ATTR_PREEMPTIBLE,
 }
 
 
@@ -61,7 +74,7 @@ def probe(
     if device is not None:
         metadata.device.CopyFrom(device)
         kind = device.WhichOneof("device")
-        metadata.attributes["device-variant"].CopyFrom(attribute_value(getattr(device, kind).variant))
+        metadata.attributes[ATTR_DEVICE_VARIANT].CopyFrom(attribute_value(getattr(device, kind).variant))
     merged = {attr: os.environ[var] for var, attr in _ENV_ATTRIBUTES.items() if os.environ.get(var)}
     merged.update(attributes or {})
     for key, value in merged.items():

@@ -15,11 +15,13 @@ from starlette.routing import Route
 from iris.chaos import load_from_env
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
-from iris.cluster.types import parse_gpu_spec, tpu_device, tpu_topology
+from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
 from iris.cluster.worker.service import WorkerServiceImpl
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.config import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_KILL_GRACE_PERIOD,
     DEFAULT_WORKER_PORT,
     ConfigError,
     load_and_validate,
@@ -31,7 +33,6 @@ from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 logger = logging.getLogger("iris.worker")
 
 RUNTIMES = ("process", "docker", "containerd", "kubernetes")
-SLICE_ID_ATTRIBUTE = "slice-id"
 
 
 def normalize_address(address: str) -> str:
@@ -97,11 +98,16 @@ def cli() -> None:
 @click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help="How tasks run (default: process).")
 @click.option("--task-image", help="Image task containers run in (default: the config's bootstrap.task_image).")
 @click.option("--worker-id", help="Stable id for this worker (default: <hostname>:<port>).")
-@click.option("--slice-id", help="The slice the platform started this worker in (reported as the slice-id attribute).")
 @click.option("--attribute", "attributes", multiple=True, help="KEY=VALUE attribute to report; repeatable.")
 @click.option("--cpu", type=float, help="Cpus to offer instead of the host's count.")
 @click.option("--memory", help="Memory to offer instead of the host's, e.g. 8GB.")
-@click.option("--kill-grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL (default 10).")
+@click.option("--slice-id", help="The slice this worker belongs to, as the platform that started it names it.")
+@click.option(
+    "--kill-grace",
+    type=float,
+    default=None,
+    help=f"Seconds between SIGTERM and SIGKILL (default {DEFAULT_KILL_GRACE_PERIOD.seconds:g}).",
+)
 @click.option("--tpu", "tpu_variant", help="This host is part of a TPU slice of this variant, e.g. v5litepod-16.")
 @click.option("--gpu", "gpu_spec", help="GPUs this host offers, e.g. H100x8.")
 def serve(
@@ -126,7 +132,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     load_from_env()
     bootstrap = None
-    kill_grace_s, heartbeat_s = 10.0, 5.0
+    kill_grace_s, heartbeat_s = DEFAULT_KILL_GRACE_PERIOD.seconds, DEFAULT_HEARTBEAT_INTERVAL.seconds
     if config_path:
         try:
             config = load_and_validate(config_path)
@@ -156,7 +162,7 @@ def serve(
     container_runtime = create_runtime(runtime_name, cache / "runtime")
     reported = _parse_attributes(attributes)
     if slice_id:
-        reported[SLICE_ID_ATTRIBUTE] = slice_id
+        reported[ATTR_SLICE_ID] = slice_id
     metadata = probe(cache, runtime_name, cpu, memory_bytes, reported, device)
     try:
         sock = bind_socket(host, port)

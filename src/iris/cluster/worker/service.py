@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -11,6 +10,7 @@ from connectrpc.errors import ConnectError
 from iris.cluster.worker.worker import Worker
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
+from iris.time import now_ms
 
 MAX_FETCH_LINES = 10_000
 
@@ -58,5 +58,5 @@ class WorkerServiceImpl:
             worker_id=self._worker.settings.worker_id,
             running_tasks=running,
             runtime=self._worker.runtime.name,
-            last_heartbeat=time_pb2.Timestamp(epoch_ms=int(time.time() * 1000) - since_ms),
+            last_heartbeat=time_pb2.Timestamp(epoch_ms=now_ms() - since_ms),
         )

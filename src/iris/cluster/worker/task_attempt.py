@@ -11,12 +11,12 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from iris import chaos
+from iris.cluster import task_env
 from iris.cluster.runtime.types import (
     BuildFailedError,
     ContainerConfig,
@@ -29,6 +29,7 @@ from iris.cluster.runtime.types import (
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
+from iris.time import now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +52,6 @@ class AttemptContext:
     kill_grace_s: float
     task_image: str
     on_change: Callable[[], None]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TaskAttempt:
@@ -148,9 +145,9 @@ class TaskAttempt:
             if exit_code is not None:
                 self.exit_code = exit_code
             if state == pb.TASK_STATE_RUNNING and not self.started_at_ms:
-                self.started_at_ms = _now_ms()
+                self.started_at_ms = now_ms()
             if state in TERMINAL:
-                self.finished_at_ms = _now_ms()
+                self.finished_at_ms = now_ms()
         self._ctx.on_change()
 
     # ------------------------------------------------------------ the attempt's thread
@@ -243,8 +240,8 @@ class TaskAttempt:
         env.update(request.environment.env_vars)
         env.update(request.env)
         for name, port in self.ports.items():
-            env[f"IRIS_PORT_{name.upper().replace('-', '_')}"] = str(port)
-        env["IRIS_WORKDIR"] = str(self.workdir)
+            env[task_env.port_env_name(name)] = str(port)
+        env[task_env.WORKDIR] = str(self.workdir)
         entry = request.entrypoint.WhichOneof("kind")
         if entry == "callable":
             (self.workdir / CALLABLE_FILE).write_bytes(request.entrypoint.callable.pickled)

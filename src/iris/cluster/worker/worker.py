@@ -20,6 +20,7 @@ from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
 from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
+from iris.config import DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync
 from iris.time import ExponentialBackoff
@@ -40,7 +41,7 @@ class WorkerSettings:
     controller_address: str
     cache_dir: Path
     metadata: pb.WorkerMetadata
-    kill_grace_s: float = 10.0
+    kill_grace_s: float = DEFAULT_KILL_GRACE_PERIOD.seconds
     task_image: str = ""
     # Re-register when no heartbeat arrived for this long.
     reregister_after_s: float = 30.0

@@ -1,0 +1,190 @@
+"""The controller's decisions, synchronously: which workers are owed a heartbeat, what each one
+gets, what to do with each answer, and when to schedule.
+
+No event loop and no network: `Controller` (controller.py) is a thin asyncio shell that sends the
+heartbeats this core builds and hands back the answers. Time comes from an injected clock, so
+tests drive the core with fake workers and a number they advance.
+
+Heartbeats to one worker never overlap: a request for a worker whose round is in flight is
+remembered and answered by one more round when the current one ends. Kills ride on the next
+heartbeat to their worker and are re-queued when it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from iris.cluster.controller.scheduler import find_assignments
+from iris.cluster.controller.settings import ControllerSettings
+from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
+from iris.rpc import cluster_pb2 as pb
+from iris.time import Clock, now_ms
+
+AttemptKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class HeartbeatRound:
+    """One heartbeat to send: the store's plan, the request built from it, and the kills it carries."""
+
+    plan: HeartbeatPlan
+    request: pb.HeartbeatRequest
+    kills: frozenset[AttemptKey]
+
+    @property
+    def address(self) -> str:
+        return self.plan.address
+
+
+@dataclass
+class HeartbeatOutcome:
+    """What an answered heartbeat changed, and whether another round should follow at once."""
+
+    unknown: list[AttemptKey] = field(default_factory=list)
+    effects: Effects = field(default_factory=Effects)
+    more: bool = False
+
+
+class ControllerCore:
+    def __init__(
+        self,
+        store: ControllerStore,
+        settings: ControllerSettings,
+        clock: Clock = now_ms,
+        start_round: Callable[[str], None] = lambda worker_id: None,
+        wake_scheduler: Callable[[], None] = lambda: None,
+    ):
+        """`start_round(worker_id)` is called when a worker's heartbeat round should start;
+        `wake_scheduler()` when a scheduling pass should run soon."""
+        self.store = store
+        self.settings = settings
+        self._clock = clock
+        self._start_round = start_round
+        self._wake_scheduler = wake_scheduler
+        self._kill_sets: dict[str, set[AttemptKey]] = {}
+        self._inflight: set[str] = set()
+        self._again: set[str] = set()
+
+    # ------------------------------------------------------------ effects and heartbeat requests
+
+    def apply(self, effects: Effects) -> None:
+        for worker_id, task_id, attempt_id in effects.kills:
+            self._kill_sets.setdefault(worker_id, set()).add((task_id, attempt_id))
+        for worker_id in sorted(effects.heartbeat_workers):
+            self.request_heartbeat(worker_id)
+        if effects.wake_scheduler:
+            self._wake_scheduler()
+
+    def request_heartbeat(self, worker_id: str) -> None:
+        """Owe the worker a heartbeat: start a round now, or one more after the round in flight."""
+        if worker_id in self._inflight:
+            self._again.add(worker_id)
+            return
+        self._inflight.add(worker_id)
+        self._start_round(worker_id)
+
+    def pending_kills(self, worker_id: str) -> set[AttemptKey]:
+        return set(self._kill_sets.get(worker_id, ()))
+
+    # ------------------------------------------------------------ one round
+
+    def begin_round(self, worker_id: str) -> HeartbeatRound | None:
+        """The heartbeat to send now, or None when the worker is no longer live."""
+        self._again.discard(worker_id)
+        plan = self.store.plan_heartbeat(worker_id, self.settings.advertised_address)
+        if plan is None:
+            return None
+        kills = frozenset(self._kill_sets.pop(worker_id, ()))
+        request = pb.HeartbeatRequest(
+            worker_id=worker_id,
+            tasks_to_run=plan.to_run,
+            tasks_to_kill=[pb.TaskKey(task_id=t, attempt_id=a) for t, a in sorted(kills)],
+            expected_tasks=plan.expected,
+        )
+        return HeartbeatRound(plan, request, kills)
+
+    def round_failed(self, heartbeat: HeartbeatRound, error: str) -> Effects:
+        """The RPC failed: its kills wait for the next round; the worker is unhealthy, then failed."""
+        worker_id = heartbeat.plan.worker_id
+        self._kill_sets.setdefault(worker_id, set()).update(heartbeat.kills)
+        effects = self.store.record_heartbeat_failure(
+            worker_id, error, self._clock(), self.settings.worker_timeout_ms
+        )
+        self.apply(effects)
+        return effects
+
+    def round_answered(self, heartbeat: HeartbeatRound, response: pb.HeartbeatResponse) -> HeartbeatOutcome:
+        worker_id = heartbeat.plan.worker_id
+        if response.worker_id and response.worker_id != worker_id:
+            # Another worker now answers on this address: the one we knew is gone.
+            reason = f"address {heartbeat.address} now belongs to worker {response.worker_id}"
+            effects = self.store.record_heartbeat_failure(worker_id, reason, self._clock(), 0)
+            self.apply(effects)
+            return HeartbeatOutcome(effects=effects)
+        unknown, effects = self.store.apply_heartbeat(heartbeat.plan, response, self._clock())
+        self.apply(effects)
+        if unknown:
+            self._kill_sets.setdefault(worker_id, set()).update(unknown)
+        return HeartbeatOutcome(unknown, effects, bool(unknown) or has_more_logs(heartbeat.plan, response))
+
+    def another_round(self, worker_id: str, outcome: HeartbeatOutcome | None) -> bool:
+        """Whether the worker's next round should follow at once: the last one left work behind,
+        or someone asked for a heartbeat while it was in flight."""
+        return (outcome is not None and outcome.more) or worker_id in self._again
+
+    def rounds_ended(self, worker_id: str) -> None:
+        self._inflight.discard(worker_id)
+        self._again.discard(worker_id)
+
+    # ------------------------------------------------------------ periodic work
+
+    def tick(self) -> None:
+        """Fail workers silent past their timeout, and owe every live worker a heartbeat."""
+        self.apply(self.store.fail_silent_workers(self._clock(), self.settings.worker_timeout_ms))
+        for worker in self.store.live_workers():
+            self.request_heartbeat(worker["worker_id"])
+
+    def run_scheduling_pass(self) -> Effects:
+        """Expire tasks past their scheduling timeout, then place what is pending."""
+        now = self._clock()
+        effects = self.store.expire_unschedulable(now)
+        self.apply(effects)
+        demands, workers = self.store.scheduling_inputs()
+        if demands:
+            result = find_assignments(demands, workers)
+            placed = self.store.apply_assignments(result.assignments, result.pending_reasons, now)
+            self.apply(placed)
+            effects.merge(placed)
+        return effects
+
+    def resume(self) -> None:
+        """After a controller (re)start: workers kept running while it was down; give them a fresh
+        timeout window and heartbeat them now so their tasks are re-adopted rather than run twice."""
+        self.store.touch_live_workers(self._clock())
+        for worker in self.store.live_workers():
+            self.request_heartbeat(worker["worker_id"])
+        self._wake_scheduler()
+
+    # ------------------------------------------------------------ commands
+
+    def create_job(self, job_id: str, request: pb.LaunchJobRequest) -> None:
+        self.apply(self.store.create_job(job_id, request, self._clock()))
+
+    def terminate_job(self, job_id: str, reason: str) -> list[str]:
+        terminated, effects = self.store.terminate_job(job_id, reason, self._clock())
+        self.apply(effects)
+        return terminated
+
+    def register_worker(self, worker_id: str, address: str, metadata: pb.WorkerMetadata) -> None:
+        self.apply(self.store.register_worker(worker_id, address, metadata, self._clock()))
+
+
+def has_more_logs(plan: HeartbeatPlan, response: pb.HeartbeatResponse) -> bool:
+    """The worker holds log lines it could not fit in this answer."""
+    offsets = {(e.task_id, e.attempt_id): e.log_offset for e in plan.expected}
+    for status in (*response.running_tasks, *response.completed_tasks):
+        offset = offsets.get((status.task_id, status.attempt_id))
+        if offset is not None and offset + len(status.logs) < status.total_log_lines:
+            return True
+    return False

@@ -1,0 +1,191 @@
+"""The controller's SQLite schema as numbered migrations.
+
+A migration is SQL (statements separated by ";") or, where rows must be rewritten from data
+SQL cannot read (a serialized proto), a function of the connection. `migrate()` applies the ones a
+database has not seen yet, in order, inside the caller's transaction, and records the number.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from iris.cluster.types import ATTR_SLICE_ID, attribute_from_proto
+from iris.rpc import cluster_pb2 as pb
+
+
+def _slice_membership(conn: sqlite3.Connection) -> None:
+    """5: workers join their slice on the slice id they registered with (a column, not an
+    attribute read back from metadata); transitions carry the id of the event that caused them;
+    the autoscaler's bookkeeping moves into the store so a restarted controller continues it."""
+    conn.execute("ALTER TABLE workers ADD COLUMN slice_id TEXT NOT NULL DEFAULT ''")
+    for row in conn.execute("SELECT worker_id, metadata FROM workers").fetchall():
+        attributes = pb.WorkerMetadata.FromString(row[1]).attributes
+        if ATTR_SLICE_ID in attributes:
+            slice_id = str(attribute_from_proto(attributes[ATTR_SLICE_ID]))
+            conn.execute("UPDATE workers SET slice_id=? WHERE worker_id=?", (slice_id, row[0]))
+    for statement in (
+        "CREATE INDEX workers_slice ON workers(slice_id, state)",
+        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL,"
+        " subject TEXT NOT NULL, at_ms INTEGER NOT NULL)",
+        "ALTER TABLE transitions ADD COLUMN event_id INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE slices ADD COLUMN ready_at_ms INTEGER",
+        "ALTER TABLE slices ADD COLUMN idle_since_ms INTEGER",
+        "CREATE TABLE scale_groups (name TEXT PRIMARY KEY, backoff_until_ms INTEGER NOT NULL DEFAULT 0,"
+        " consecutive_failures INTEGER NOT NULL DEFAULT 0, last_failure TEXT NOT NULL DEFAULT '',"
+        " demand_since_ms INTEGER, last_scale_up_ms INTEGER NOT NULL DEFAULT 0,"
+        " blocked_zones TEXT NOT NULL DEFAULT '{}')",
+    ):
+        conn.execute(statement)
+
+
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
+    # 1: initial schema
+    """
+    CREATE TABLE jobs (
+        job_id TEXT PRIMARY KEY,
+        parent_job_id TEXT,
+        state INTEGER NOT NULL,
+        request BLOB NOT NULL,
+        num_tasks INTEGER NOT NULL,
+        priority INTEGER NOT NULL DEFAULT 0,
+        submitted_at_ms INTEGER NOT NULL,
+        started_at_ms INTEGER,
+        finished_at_ms INTEGER,
+        error TEXT NOT NULL DEFAULT '',
+        exit_code INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_state ON jobs(state, submitted_at_ms);
+    CREATE INDEX jobs_parent ON jobs(parent_job_id);
+    CREATE INDEX jobs_submitted ON jobs(submitted_at_ms);
+
+    CREATE TABLE tasks (
+        task_id TEXT PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        task_index INTEGER NOT NULL,
+        state INTEGER NOT NULL,
+        current_attempt INTEGER NOT NULL DEFAULT -1,
+        worker_id TEXT,
+        failure_count INTEGER NOT NULL DEFAULT 0,
+        preemption_count INTEGER NOT NULL DEFAULT 0,
+        exit_code INTEGER NOT NULL DEFAULT 0,
+        error TEXT NOT NULL DEFAULT '',
+        started_at_ms INTEGER,
+        finished_at_ms INTEGER,
+        pending_reason TEXT NOT NULL DEFAULT '',
+        result BLOB,
+        ports TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX tasks_job ON tasks(job_id, task_index);
+    CREATE INDEX tasks_state ON tasks(state);
+
+    CREATE TABLE attempts (
+        task_id TEXT NOT NULL,
+        attempt_id INTEGER NOT NULL,
+        worker_id TEXT NOT NULL,
+        state INTEGER NOT NULL,
+        delivered INTEGER NOT NULL DEFAULT 0,
+        log_offset INTEGER NOT NULL DEFAULT 0,
+        logs_complete INTEGER NOT NULL DEFAULT 0,
+        exit_code INTEGER NOT NULL DEFAULT 0,
+        error TEXT NOT NULL DEFAULT '',
+        cpu_millicores INTEGER NOT NULL,
+        memory_bytes INTEGER NOT NULL,
+        disk_bytes INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        started_at_ms INTEGER,
+        finished_at_ms INTEGER,
+        PRIMARY KEY (task_id, attempt_id)
+    );
+    CREATE INDEX attempts_worker ON attempts(worker_id, state);
+    CREATE INDEX attempts_open ON attempts(worker_id, logs_complete);
+
+    CREATE TABLE workers (
+        worker_id TEXT PRIMARY KEY,
+        address TEXT NOT NULL,
+        metadata BLOB NOT NULL,
+        state INTEGER NOT NULL,
+        registered_at_ms INTEGER NOT NULL,
+        last_heartbeat_ms INTEGER NOT NULL,
+        error TEXT NOT NULL DEFAULT ''
+    );
+
+    CREATE TABLE endpoints (
+        endpoint_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        address TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        registered_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX endpoints_name ON endpoints(name);
+    CREATE INDEX endpoints_job ON endpoints(job_id);
+
+    CREATE TABLE transitions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        entity_id TEXT NOT NULL,
+        from_state INTEGER NOT NULL,
+        to_state INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX transitions_entity ON transitions(kind, entity_id, id);
+
+    CREATE TABLE task_logs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        attempt_id INTEGER NOT NULL,
+        ts_ms INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX task_logs_job ON task_logs(job_id, id);
+    CREATE INDEX task_logs_task ON task_logs(task_id, id);
+    """,
+    # 2: ordering by the root job's submission (children run before later roots), and how long a
+    # task has waited since it last became pending (scheduling timeouts)
+    """
+    ALTER TABLE jobs ADD COLUMN root_submitted_at_ms INTEGER;
+    UPDATE jobs SET root_submitted_at_ms = submitted_at_ms;
+    ALTER TABLE tasks ADD COLUMN pending_since_ms INTEGER;
+    UPDATE tasks SET pending_since_ms = (SELECT submitted_at_ms FROM jobs WHERE jobs.job_id = tasks.job_id);
+    """,
+    # 3: slices the autoscaler created or adopted
+    """
+    CREATE TABLE slices (
+        slice_id TEXT PRIMARY KEY,
+        scale_group TEXT NOT NULL,
+        zone TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        error TEXT NOT NULL DEFAULT '',
+        labels TEXT NOT NULL DEFAULT '{}',
+        worker_ids TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX slices_group ON slices(scale_group, state);
+    """,
+    # 4: ListJobs pages in its own order without sorting (deep pages of 100k jobs stay fast)
+    """
+    CREATE INDEX jobs_listing ON jobs(submitted_at_ms DESC, job_id);
+    DROP INDEX jobs_state;
+    CREATE INDEX jobs_state_listing ON jobs(state, submitted_at_ms DESC, job_id);
+    """,
+    _slice_membership,
+]
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT version FROM schema_version").fetchone()
+    version = row[0] if row else 0
+    for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+        if callable(migration):
+            migration(conn)
+        else:
+            for statement in filter(str.strip, migration.split(";")):
+                conn.execute(statement)
+        conn.execute("DELETE FROM schema_version")
+        conn.execute("INSERT INTO schema_version VALUES (?)", (number,))

@@ -1,0 +1,452 @@
+"""The store's foundation: the SQLite connection and its transactions, the one mutation path,
+the launch-request cache, and the persistence of reconcile's decisions (with the job-state
+derivation they trigger).
+
+Every state change goes through `_set_state()`, which checks the entity's transition table,
+records the move (time, reason, the event that caused it) in the history table and writes the row
+with its companion columns, in the caller's transaction. Nothing else writes a state column.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from iris.cluster.controller import reconcile, render
+from iris.cluster.controller.reconcile import (
+    AttemptChange,
+    AttemptKey,
+    AttemptRecord,
+    Budget,
+    Decisions,
+    Snapshot,
+    TaskChange,
+    TaskDetail,
+    TaskRecord,
+)
+from iris.cluster.controller.scheduling_types import (
+    Device,
+    Resources,
+    TaskDemand,
+)
+from iris.cluster.controller.schema import migrate
+from iris.cluster.controller.transitions import (
+    JOB_TRANSITIONS,
+    InvalidTransitionError,
+    check_transition,
+    derive_job_state,
+    state_label,
+)
+from iris.cluster.types import (
+    TERMINAL_JOB_STATES,
+    TERMINAL_TASK_STATES,
+    AttributeValue,
+    task_state_name,
+)
+from iris.rpc import cluster_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+ACTIVE_SQL = render.ACTIVE_ATTEMPT_SQL
+TERMINAL_TASK_SQL = ",".join(str(s) for s in TERMINAL_TASK_STATES)
+TERMINAL_JOB_SQL = ",".join(str(s) for s in TERMINAL_JOB_STATES)
+LIVE_WORKER_SQL = f"{pb.WORKER_STATE_HEALTHY},{pb.WORKER_STATE_UNHEALTHY}"
+# Launch requests kept parsed in memory; older ones are read again from the jobs table.
+REQUEST_CACHE_SIZE = 10_000
+
+# kind -> (table, key columns) for the mutation path.
+_ENTITIES = {
+    "job": ("jobs", ("job_id",)),
+    "task": ("tasks", ("task_id",)),
+    "attempt": ("attempts", ("task_id", "attempt_id")),
+    "worker": ("workers", ("worker_id",)),
+    "slice": ("slices", ("slice_id",)),
+}
+
+
+class JobExistsError(ValueError):
+    pass
+
+
+class NotFoundError(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass
+class Effects:
+    """What a write implies for the controller's loops."""
+
+    heartbeat_workers: set[str] = field(default_factory=set)
+    kills: list[tuple[str, str, int]] = field(default_factory=list)  # (worker_id, task_id, attempt_id)
+    wake_scheduler: bool = False
+
+    def merge(self, other: Effects) -> None:
+        self.heartbeat_workers |= other.heartbeat_workers
+        self.kills.extend(other.kills)
+        self.wake_scheduler |= other.wake_scheduler
+
+
+@dataclass(frozen=True)
+class HeartbeatPlan:
+    worker_id: str
+    address: str
+    to_run: list[pb.RunTaskRequest]
+    expected: list[pb.ExpectedTask]
+
+
+@dataclass(frozen=True)
+class Sql:
+    """A column value computed by SQLite from the row, e.g. `Sql("COALESCE(started_at_ms, ?)", (ms,))`."""
+
+    expression: str
+    params: tuple = ()
+
+
+class StoreBase:
+    def __init__(self, path: Path | str):
+        self._path = str(path)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._requests: OrderedDict[str, pb.LaunchJobRequest] = OrderedDict()
+        # Scheduling shapes of unfinished jobs, dropped when a job ends.
+        self._demand_templates: dict[str, TaskDemand] = {}
+        # worker id -> (registered_at_ms, (capacity, attributes, device)), dropped when a worker leaves
+        self._worker_offers: dict[
+            str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]
+        ] = {}
+        self._event: tuple[str, str] | None = None
+        self._event_id: int | None = None
+        with self._write("migrate", self._path):
+            migrate(self._conn)
+
+    # ------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _write(self, event: str, subject: str) -> Iterator[sqlite3.Connection]:
+        """One transaction for one event; the transitions it causes carry the event's id."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._event, self._event_id = (event, subject), None
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._event = self._event_id = None
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _cause(self, now_ms: int) -> int:
+        """The id of the event being written, recorded the first time a transition needs it."""
+        if self._event_id is None:
+            assert self._event is not None, "state changes happen inside _write()"
+            self._event_id = self._conn.execute(
+                "INSERT INTO events(kind, subject, at_ms) VALUES (?,?,?)", (*self._event, now_ms)
+            ).lastrowid
+        return self._event_id
+
+    def _story(self, kind: str, entity_id: str) -> str:
+        """An entity's recorded moves, for errors about it."""
+        story = [
+            f"{state_label(kind, r['from_state'])}->{state_label(kind, r['to_state'])} ({r['reason']})"
+            for r in self._conn.execute(
+                "SELECT * FROM transitions WHERE kind=? AND entity_id=? ORDER BY id", (kind, entity_id)
+            )
+        ]
+        return "; ".join(story) or "none"
+
+    def _set_state(
+        self, kind: str, key: str | tuple, old: int | str, new: int | str, reason: str, now_ms: int, **columns
+    ) -> None:
+        """The one way a state column changes: check the move against the kind's table, record it
+        with its reason and cause, and write the row with its companion columns."""
+        keys = (key,) if isinstance(key, str) else tuple(key)
+        entity_id = "#".join(str(k) for k in keys)
+        if old != new:
+            try:
+                check_transition(kind, entity_id, old, new)
+            except InvalidTransitionError as exc:
+                raise InvalidTransitionError(
+                    f"{exc}; story: {self._story(kind, entity_id)}", kind, entity_id
+                ) from None
+            self._conn.execute(
+                "INSERT INTO transitions(kind, entity_id, from_state, to_state, reason, at_ms, event_id)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)),
+            )
+        table, key_columns = _ENTITIES[kind]
+        assignments, params = ["state=?"], [new]
+        for column, value in columns.items():
+            if isinstance(value, Sql):
+                assignments.append(f"{column}={value.expression}")
+                params.extend(value.params)
+            else:
+                assignments.append(f"{column}=?")
+                params.append(value)
+        where = " AND ".join(f"{c}=?" for c in key_columns)
+        self._conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {where}", (*params, *keys))
+
+    def request_for(self, job_id: str) -> pb.LaunchJobRequest:
+        with self._lock:
+            request = self._requests.get(job_id)
+            if request is None:
+                row = self._conn.execute("SELECT request FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+                if row is None:
+                    raise NotFoundError(f"job {job_id} not found")
+                request = pb.LaunchJobRequest.FromString(row["request"])
+                self._remember_request(job_id, request)
+            return request
+
+    def _remember_request(self, job_id: str, request: pb.LaunchJobRequest) -> None:
+        self._requests[job_id] = request
+        if len(self._requests) > REQUEST_CACHE_SIZE:
+            self._requests.popitem(last=False)
+
+    def _budget(self, job_id: str) -> Budget:
+        request = self.request_for(job_id)
+        return Budget(
+            request.max_retries_failure, request.max_retries_preemption, bool(request.coscheduling.group_by)
+        )
+
+    def _kill_job_tree(self, job_id: str, reason: str, now_ms: int, effects: Effects) -> list[str]:
+        changed = []
+        row = self._conn.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if row["state"] not in TERMINAL_JOB_STATES:
+            changed.append(job_id)
+            self._kill_tasks(job_id, reason, now_ms, effects)
+            self._set_state(
+                "job", job_id, row["state"], pb.JOB_STATE_KILLED, reason, now_ms,
+                finished_at_ms=now_ms, error=Sql("CASE WHEN error='' THEN ? ELSE error END", (reason,)),
+            )  # fmt: skip
+            self._demand_templates.pop(job_id, None)
+        for child in self._conn.execute(
+            "SELECT job_id FROM jobs WHERE parent_job_id=?", (job_id,)
+        ).fetchall():
+            changed += self._kill_job_tree(
+                child["job_id"], f"parent job {job_id} ended: {reason}", now_ms, effects
+            )
+        return changed
+
+    def _kill_tasks(self, job_id: str, reason: str, now_ms: int, effects: Effects) -> None:
+        tasks = [
+            task_record(row)
+            for row in self._conn.execute(
+                f"SELECT * FROM tasks WHERE job_id=? AND state NOT IN ({TERMINAL_TASK_SQL})", (job_id,)
+            ).fetchall()
+        ]
+        if tasks:
+            snapshot = self._snapshot(
+                [(t.task_id, t.current_attempt) for t in tasks if t.current_attempt >= 0]
+            )
+            self._persist(reconcile.on_kill(tasks, reason, snapshot), now_ms, effects)
+
+    def _refresh_job(self, job_id: str, now_ms: int, effects: Effects) -> None:
+        """Derive the job's state from its tasks and apply it; a failed job kills what remains."""
+        job = self._conn.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if job["state"] in TERMINAL_JOB_STATES:
+            return
+        tasks = self._conn.execute(
+            "SELECT task_id, state, exit_code, error FROM tasks WHERE job_id=? ORDER BY task_index", (job_id,)
+        ).fetchall()
+        failed = next(
+            (
+                t
+                for t in tasks
+                if t["state"]
+                in (pb.TASK_STATE_FAILED, pb.TASK_STATE_WORKER_FAILED, pb.TASK_STATE_UNSCHEDULABLE)
+            ),
+            None,
+        )
+        detail = (
+            f"task {failed['task_id']} {task_state_name(failed['state'])}: {failed['error']}"
+            if failed
+            else ""
+        )
+        request = self.request_for(job_id)
+        # A gang runs as one program: one member failing for good ends it, whatever the budget says.
+        tolerated = 0 if request.coscheduling.group_by else request.max_task_failures
+        outcome = derive_job_state(job["state"], [t["state"] for t in tasks], tolerated, detail)
+        if outcome.state == job["state"]:
+            return
+        reason = outcome.reason or JOB_TRANSITIONS[job["state"]][outcome.state]
+        started = job["started_at_ms"]
+        if started is None and outcome.state in (pb.JOB_STATE_BUILDING, pb.JOB_STATE_RUNNING):
+            started = now_ms
+        if outcome.state not in TERMINAL_JOB_STATES:
+            self._set_state("job", job_id, job["state"], outcome.state, reason, now_ms, started_at_ms=started)
+            return
+        if started is None:
+            # Tasks can finish between two heartbeats without ever being seen running.
+            started = self._conn.execute(
+                "SELECT MIN(started_at_ms) FROM tasks WHERE job_id=?", (job_id,)
+            ).fetchone()[0]
+        succeeded = outcome.state == pb.JOB_STATE_SUCCEEDED
+        self._set_state(
+            "job", job_id, job["state"], outcome.state, reason, now_ms,
+            started_at_ms=started, finished_at_ms=now_ms, error="" if succeeded else detail,
+            exit_code=failed["exit_code"] if failed and not succeeded else 0,
+        )  # fmt: skip
+        self._demand_templates.pop(job_id, None)
+        if not succeeded:
+            self._kill_tasks(job_id, f"job ended: {detail}", now_ms, effects)
+        for child in self._conn.execute(
+            "SELECT job_id FROM jobs WHERE parent_job_id=?", (job_id,)
+        ).fetchall():
+            self._kill_job_tree(child["job_id"], f"parent job {job_id} finished", now_ms, effects)
+
+    # ------------------------------------------------------------ applying decisions
+
+    def _snapshot(self, keys: Iterable[AttemptKey], task_ids: Iterable[str] = ()) -> Snapshot:
+        """The tasks and attempts behind `keys` (and `task_ids`), with their jobs' budgets; for gang
+        jobs, every member and its current attempt, so a restart can reach them."""
+        db = self._conn
+        attempts: dict[AttemptKey, AttemptRecord] = {}
+        tasks: dict[str, TaskRecord] = {}
+
+        def load_attempt(key: AttemptKey) -> None:
+            if key not in attempts:
+                row = db.execute("SELECT * FROM attempts WHERE task_id=? AND attempt_id=?", key).fetchone()
+                if row is not None:
+                    attempts[key] = attempt_record(row)
+
+        def load_task(task_id: str) -> TaskRecord | None:
+            if task_id not in tasks:
+                row = db.execute("SELECT * FROM tasks WHERE task_id=?", (task_id,)).fetchone()
+                if row is None:
+                    return None
+                tasks[task_id] = task_record(row)
+            return tasks[task_id]
+
+        for key in keys:
+            load_attempt(key)
+            load_task(key[0])
+        for task_id in task_ids:
+            load_task(task_id)
+        budgets = {job_id: self._budget(job_id) for job_id in {t.job_id for t in tasks.values()}}
+        gang_tasks: dict[str, list[str]] = {}
+        for job_id in [j for j, b in budgets.items() if b.gang]:
+            rows = db.execute("SELECT * FROM tasks WHERE job_id=? ORDER BY task_index", (job_id,)).fetchall()
+            gang_tasks[job_id] = [row["task_id"] for row in rows]
+            for row in rows:
+                tasks.setdefault(row["task_id"], task_record(row))
+                if row["current_attempt"] >= 0:
+                    load_attempt((row["task_id"], row["current_attempt"]))
+        return Snapshot(tasks, attempts, budgets, gang_tasks)
+
+    def _persist(self, decisions: Decisions, now_ms: int, effects: Effects) -> None:
+        """Write reconcile's decisions, in order, through the mutation path; then derive the
+        touched jobs' states."""
+        db = self._conn
+        for key in decisions.logs_complete:
+            db.execute("UPDATE attempts SET logs_complete=1 WHERE task_id=? AND attempt_id=?", key)
+        for change in decisions.changes:
+            if isinstance(change, AttemptChange):
+                self._persist_attempt(change, now_ms)
+            elif isinstance(change, TaskChange):
+                self._persist_task(change, now_ms)
+            else:
+                self._persist_detail(change)
+        for worker_id, task_id, attempt_id in decisions.kills:
+            effects.kills.append((worker_id, task_id, attempt_id))
+            effects.heartbeat_workers.add(worker_id)
+        for job_id in sorted(decisions.touched_jobs):
+            self._refresh_job(job_id, now_ms, effects)
+        if decisions.touched_jobs:
+            effects.wake_scheduler = True
+
+    def _persist_attempt(self, change: AttemptChange, now_ms: int) -> None:
+        key = (change.task_id, change.attempt_id)
+        if change.ended:
+            # An attempt the worker never received has no logs to wait for.
+            self._set_state(
+                "attempt", key, change.old, change.new, change.reason, now_ms,
+                exit_code=change.exit_code, error=change.error, finished_at_ms=now_ms,
+                logs_complete=Sql("MAX(logs_complete, 1 - delivered)"),
+            )  # fmt: skip
+        else:
+            started = Sql("COALESCE(started_at_ms, ?)", (change.started_at_ms or now_ms,))
+            self._set_state(
+                "attempt", key, change.old, change.new, change.reason, now_ms, started_at_ms=started
+            )
+
+    def _persist_task(self, change: TaskChange, now_ms: int) -> None:
+        columns: dict[str, object] = {}
+        if change.failure_count is not None:
+            # The end of the task's current attempt: retried, or the task's own end.
+            columns = {
+                "failure_count": change.failure_count,
+                "preemption_count": change.preemption_count,
+                "exit_code": change.exit_code,
+                "error": change.error,
+                "finished_at_ms": now_ms if change.finished else None,
+                "pending_reason": change.pending_reason,
+                "pending_since_ms": now_ms,
+            }
+        elif change.new == pb.TASK_STATE_PENDING:
+            columns = {"pending_reason": change.pending_reason, "pending_since_ms": now_ms}
+        elif change.finished:
+            columns = {"error": change.error, "finished_at_ms": now_ms, "pending_reason": ""}
+        else:
+            columns = {"started_at_ms": Sql("COALESCE(started_at_ms, ?)", (change.started_at_ms or now_ms,))}
+        self._set_state("task", change.task_id, change.old, change.new, change.reason, now_ms, **columns)
+
+    def _persist_detail(self, detail: TaskDetail) -> None:
+        db = self._conn
+        if detail.ports is not None:
+            db.execute(
+                "UPDATE tasks SET ports=? WHERE task_id=?", (json.dumps(dict(detail.ports)), detail.task_id)
+            )
+        if detail.started_at_ms:
+            db.execute(
+                "UPDATE attempts SET started_at_ms=COALESCE(started_at_ms, ?) WHERE task_id=? AND attempt_id=?",
+                (detail.started_at_ms, detail.task_id, detail.attempt_id),
+            )
+            db.execute(
+                "UPDATE tasks SET started_at_ms=COALESCE(started_at_ms, ?) WHERE task_id=?",
+                (detail.started_at_ms, detail.task_id),
+            )
+        if detail.result:
+            db.execute("UPDATE tasks SET result=? WHERE task_id=?", (detail.result, detail.task_id))
+
+
+def task_record(row: sqlite3.Row) -> TaskRecord:
+    return TaskRecord(
+        row["task_id"],
+        row["job_id"],
+        row["state"],
+        row["current_attempt"],
+        row["worker_id"] or "",
+        row["failure_count"],
+        row["preemption_count"],
+    )
+
+
+def attempt_record(row: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(
+        row["task_id"], row["attempt_id"], row["worker_id"], row["state"], bool(row["delivered"])
+    )
+
+
+def worker_metadata(worker: sqlite3.Row) -> pb.WorkerMetadata:
+    return pb.WorkerMetadata.FromString(worker["metadata"])

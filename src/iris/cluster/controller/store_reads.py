@@ -1,0 +1,252 @@
+"""Store reads (jobs, tasks, workers, logs, endpoints) and the slice records the autoscaler keeps.
+
+Reads render rows through `render.py` under the store's lock; slice writes go through the
+mutation path like every other state change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterable
+
+from iris.cluster.controller import render
+from iris.cluster.controller.transitions import (
+    SliceState,
+    state_label,
+)
+from iris.cluster.types import (
+    TERMINAL_JOB_STATES,
+    TERMINAL_TASK_STATES,
+)
+from iris.rpc import cluster_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+
+from iris.cluster.controller.store_base import (
+    ACTIVE_SQL,
+    TERMINAL_JOB_SQL,
+    JobExistsError,
+    NotFoundError,
+    StoreBase,
+)
+
+
+class StoreReads(StoreBase):
+    # ------------------------------------------------------------ slices
+
+    def record_slice(
+        self,
+        slice_id: str,
+        scale_group: str,
+        zone: str,
+        reason: str,
+        now_ms: int,
+        labels: dict[str, str] | None = None,
+        created_at_ms: int | None = None,
+    ) -> None:
+        """Remember a slice the autoscaler just asked for, or one it found already running."""
+        with self._write("record_slice", slice_id) as db:
+            db.execute(
+                "INSERT INTO slices(slice_id, scale_group, zone, state, created_at_ms, updated_at_ms, labels)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (
+                    slice_id, scale_group, zone, SliceState.UNSPECIFIED, created_at_ms or now_ms, now_ms,
+                    json.dumps(labels or {}),
+                ),
+            )  # fmt: skip
+            self._set_state("slice", slice_id, SliceState.UNSPECIFIED, SliceState.CREATING, reason, now_ms)
+
+    def update_slice(
+        self,
+        slice_id: str,
+        state: SliceState,
+        reason: str,
+        now_ms: int,
+        error: str = "",
+        worker_ids: list[str] | None = None,
+    ) -> None:
+        with self._write("update_slice", slice_id) as db:
+            row = db.execute("SELECT state, worker_ids FROM slices WHERE slice_id=?", (slice_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"slice {slice_id} not found")
+            columns: dict[str, object] = {"updated_at_ms": now_ms}
+            if error:
+                columns["error"] = error
+            if worker_ids is not None:
+                columns["worker_ids"] = json.dumps(worker_ids)
+            if state == SliceState.READY and row["state"] != SliceState.READY:
+                columns["ready_at_ms"] = now_ms
+            if state != SliceState.READY:
+                columns["idle_since_ms"] = None
+            self._set_state("slice", slice_id, row["state"], state, reason, now_ms, **columns)
+
+    def slices(self, include_deleted: bool = False) -> list[sqlite3.Row]:
+        with self._read() as db:
+            clause = "" if include_deleted else f"WHERE state != '{SliceState.DELETED}'"
+            return db.execute(f"SELECT * FROM slices {clause} ORDER BY created_at_ms, slice_id").fetchall()
+
+    def slice_members(self) -> dict[str, list[sqlite3.Row]]:
+        """Each slice's workers, joined on the slice id they registered with: worker_id, state
+        and whether it runs anything (`busy`)."""
+        members: dict[str, list[sqlite3.Row]] = {}
+        with self._read() as db:
+            for row in db.execute(
+                f"SELECT w.slice_id, w.worker_id, w.state, EXISTS(SELECT 1 FROM attempts a "
+                f"WHERE a.worker_id = w.worker_id AND a.state IN ({ACTIVE_SQL})) AS busy "
+                f"FROM workers w WHERE w.slice_id != '' ORDER BY w.worker_id"
+            ):
+                members.setdefault(row["slice_id"], []).append(row)
+        return members
+
+    def update_slice_bookkeeping(self, slice_id: str, **columns: int | None) -> None:
+        """The autoscaler's notes on a slice that are not state: since when it has been idle
+        (`idle_since_ms`), and since when it has waited for its workers (`ready_at_ms`)."""
+        assert set(columns) <= {"idle_since_ms", "ready_at_ms"}, columns
+        assignments = ", ".join(f"{c}=?" for c in columns)
+        with self._write("slice_bookkeeping", slice_id) as db:
+            db.execute(f"UPDATE slices SET {assignments} WHERE slice_id=?", (*columns.values(), slice_id))
+
+    def slice_history(self, slice_id: str) -> list[pb.StateTransition]:
+        with self._read() as db:
+            return render.history(db, "slice", slice_id)
+
+    def load_scale_groups(self) -> dict[str, sqlite3.Row]:
+        with self._read() as db:
+            return {row["name"]: row for row in db.execute("SELECT * FROM scale_groups")}
+
+    def save_scale_group(self, name: str, **bookkeeping) -> None:
+        """Persist a scale group's autoscaler bookkeeping (backoff, blocked zones, demand since)."""
+        columns = ", ".join(bookkeeping)
+        placeholders = ", ".join("?" for _ in bookkeeping)
+        updates = ", ".join(f"{c}=excluded.{c}" for c in bookkeeping)
+        with self._write("scale_group", name) as db:
+            db.execute(
+                f"INSERT INTO scale_groups(name, {columns}) VALUES (?, {placeholders}) "
+                f"ON CONFLICT(name) DO UPDATE SET {updates}",
+                (name, *bookkeeping.values()),
+            )
+
+    # ------------------------------------------------------------ reads
+
+    def job_status(self, job_id: str, include_tasks: bool = False) -> pb.JobStatus:
+        with self._read() as db:
+            job = db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if job is None:
+                raise NotFoundError(f"job {job_id} not found")
+            return render.job_status(db, job, self.request_for(job_id), include_tasks)
+
+    def task_status(self, task_id: str) -> pb.TaskStatus:
+        with self._read() as db:
+            task = db.execute("SELECT * FROM tasks WHERE task_id=?", (task_id,)).fetchone()
+            if task is None:
+                raise NotFoundError(f"task {task_id} not found")
+            return render.task_status(db, task)
+
+    def list_tasks(self, job_id: str) -> list[pb.TaskStatus]:
+        with self._read() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE job_id=?", (job_id,)).fetchone() is None:
+                raise NotFoundError(f"job {job_id} not found")
+            rows = db.execute("SELECT * FROM tasks WHERE job_id=? ORDER BY task_index", (job_id,)).fetchall()
+            return [render.task_status(db, t) for t in rows]
+
+    def list_jobs(
+        self, states: Iterable[int], name_prefix: str, limit: int, offset: int
+    ) -> tuple[list[pb.JobStatus], int]:
+        where, params = [], []
+        state_list = list(states)
+        if state_list:
+            where.append(f"state IN ({','.join('?' * len(state_list))})")
+            params += state_list
+        if name_prefix:
+            where.append("job_id >= ? AND job_id < ?")
+            params += [name_prefix, name_prefix + "\U0010ffff"]
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._read() as db:
+            total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
+            rows = db.execute(
+                f"SELECT * FROM jobs {clause} ORDER BY submitted_at_ms DESC, job_id LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
+            return [
+                render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows
+            ], total
+
+    def count_by_state(self) -> tuple[dict[int, int], dict[int, int]]:
+        """(jobs per state, workers per state), for /metrics."""
+        with self._read() as db:
+            jobs = {r[0]: r[1] for r in db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")}
+            workers = {r[0]: r[1] for r in db.execute("SELECT state, COUNT(*) FROM workers GROUP BY state")}
+        return jobs, workers
+
+    def list_workers(self) -> list[pb.WorkerInfo]:
+        with self._read() as db:
+            return render.worker_infos(db)
+
+    # ------------------------------------------------------------ logs
+
+    def read_logs(
+        self, entity_id: str, cursor: int, max_lines: int
+    ) -> tuple[list[pb.TaskLogLine], int, bool]:
+        """Lines after `cursor` for a job (all its tasks) or one task, and whether more can arrive."""
+        with self._read() as db:
+            job = db.execute("SELECT state FROM jobs WHERE job_id=?", (entity_id,)).fetchone()
+            if job is not None:
+                column, terminal = "job_id", job["state"] in TERMINAL_JOB_STATES
+                open_attempts = db.execute(
+                    "SELECT COUNT(*) FROM attempts a JOIN tasks t ON t.task_id=a.task_id "
+                    "WHERE t.job_id=? AND a.logs_complete=0",
+                    (entity_id,),
+                ).fetchone()[0]
+            else:
+                task = db.execute("SELECT state FROM tasks WHERE task_id=?", (entity_id,)).fetchone()
+                if task is None:
+                    raise NotFoundError(f"no job or task named {entity_id}")
+                column, terminal = "task_id", task["state"] in TERMINAL_TASK_STATES
+                open_attempts = db.execute(
+                    "SELECT COUNT(*) FROM attempts WHERE task_id=? AND logs_complete=0", (entity_id,)
+                ).fetchone()[0]
+            rows = db.execute(
+                f"SELECT * FROM task_logs WHERE {column}=? AND id>? ORDER BY id LIMIT ?",
+                (entity_id, cursor, max_lines),
+            ).fetchall()
+        next_cursor = rows[-1]["id"] if rows else cursor
+        finished = terminal and open_attempts == 0 and len(rows) < max_lines
+        return [render.log_line(r) for r in rows], next_cursor, finished
+
+    # ------------------------------------------------------------ endpoints
+
+    def register_endpoint(
+        self, endpoint_id: str, name: str, address: str, job_id: str, metadata: dict[str, str], now_ms: int
+    ) -> None:
+        with self._write("register_endpoint", endpoint_id) as db:
+            job = db.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if job is None:
+                raise NotFoundError(f"job {job_id} not found")
+            if job["state"] in TERMINAL_JOB_STATES:
+                raise JobExistsError(
+                    f"job {job_id} has finished ({state_label('job', job['state'])}); it cannot register endpoints"
+                )
+            db.execute(
+                "INSERT INTO endpoints(endpoint_id, name, address, job_id, metadata, registered_at_ms)"
+                " VALUES (?,?,?,?,?,?)",
+                (endpoint_id, name, address, job_id, json.dumps(metadata), now_ms),
+            )
+
+    def unregister_endpoint(self, endpoint_id: str) -> None:
+        with self._write("unregister_endpoint", endpoint_id) as db:
+            if db.execute("DELETE FROM endpoints WHERE endpoint_id=?", (endpoint_id,)).rowcount == 0:
+                raise NotFoundError(f"endpoint {endpoint_id} not found")
+
+    def list_endpoints(self, prefix: str) -> list[pb.Endpoint]:
+        """Endpoints of jobs that have not finished: a task may register one before its job shows
+        RUNNING, and a finished job's endpoints point at nothing."""
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT e.* FROM endpoints e JOIN jobs j ON j.job_id=e.job_id "
+                f"WHERE j.state NOT IN ({TERMINAL_JOB_SQL}) AND e.name >= ? AND e.name < ? ORDER BY e.name",
+                (prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+        return [render.endpoint(r) for r in rows]
