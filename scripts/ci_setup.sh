@@ -2,7 +2,8 @@
 # Installs what the container runtime tests need and builds their base image's root filesystem;
 # scripts/test runs it before pytest. Idempotent, and quick when everything is already there.
 #
-#   - Debian packages: the Docker engine, containerd, runc, the CNI plugins, debootstrap.
+#   - Debian packages: the Docker engine, containerd, runc, the CNI plugins, debootstrap, and
+#     chromium for the dashboard's browser tests.
 #   - A Debian root filesystem (debootstrap minbase + Python, venv and pip) as a tarball under
 #     .iris-test/images/, rebuilt only when what goes into it changes. No image registry is
 #     reachable from the test machines, so tests/runtime/conftest.py `docker import`s it as the
@@ -36,6 +37,8 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v containerd >/dev/null 2>&1 || missing+=(containerd)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
+# The dashboard's browser tests drive Debian's chromium through Playwright (never a downloaded browser).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v debootstrap >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/ci_setup.sh: installing ${missing[*]}" >&2

@@ -19,6 +19,7 @@ import pyqwest
 from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
+from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
 from iris.cluster.types import JobName
@@ -59,6 +60,8 @@ class Controller:
         self._http = pyqwest.Client()
         self._worker_clients: dict[str, WorkerServiceClient] = {}
         self._stopping = False
+        # Sampled on every tick, for the dashboard's plots.
+        self.samples = ClusterSamples(int(settings.heartbeat_interval_s * 1000))
         # Set by the daemon when the cluster config has scale groups.
         self.autoscaler: Autoscaler | None = None
 
@@ -77,6 +80,7 @@ class Controller:
         self.wake_scheduler()
         if self.autoscaler is not None:
             self.autoscaler.start()
+        await self.sample_cluster()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -188,8 +192,14 @@ class Controller:
                 self.apply_effects(self.store.fail_silent_workers(now_ms(), self._worker_timeout_ms))
                 for worker in self.store.live_workers():
                     self.request_heartbeat(worker["worker_id"])
+                await self.sample_cluster()
             except Exception:
                 logger.exception("heartbeat tick failed")
+
+    async def sample_cluster(self) -> None:
+        jobs_per_state, _ = self.store.count_by_state()
+        autoscaler = await asyncio.to_thread(self.autoscaler.status) if self.autoscaler is not None else None
+        self.samples.record_cluster(now_ms(), jobs_per_state, autoscaler)
 
     @property
     def _worker_timeout_ms(self) -> int:
@@ -247,6 +257,7 @@ class Controller:
             )
             return False
         unknown, effects = self.store.apply_heartbeat(plan, response, now_ms())
+        self.samples.record_usage(now_ms(), response)
         self.apply_effects(effects)
         if unknown:
             self._kill_sets.setdefault(worker_id, set()).update(unknown)

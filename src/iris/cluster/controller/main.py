@@ -19,6 +19,7 @@ from iris.chaos import load_from_env
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller, ControllerSettings
+from iris.cluster.controller.dashboard import dashboard_routes
 from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
@@ -84,7 +85,7 @@ class ControllerDaemon:
         )
         app = build_app(
             [service],
-            [Route("/health", self._health), Route("/metrics", self._metrics)],
+            [Route("/health", self._health), Route("/metrics", self._metrics), *dashboard_routes()],
             on_startup=self.controller.start,
             on_shutdown=self.controller.stop,
         )

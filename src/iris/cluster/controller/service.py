@@ -19,7 +19,7 @@ from connectrpc.errors import ConnectError
 
 from iris.cluster.controller.autoscaler import Autoscaler, slice_info
 from iris.cluster.controller.controller import Controller, now_ms
-from iris.cluster.controller.store import JobExistsError, NotFoundError
+from iris.cluster.controller.store import JOB_ORDER_SQL, JobExistsError, JobFilters, NotFoundError
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
 from iris.rpc import cluster_pb2 as pb
@@ -160,7 +160,15 @@ class ControllerServiceImpl:
         prefix = request.name_prefix
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
-        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset)
+        if request.order not in JOB_ORDER_SQL:
+            raise ValueError(f"unknown job order {request.order}")
+        filters = JobFilters(
+            name_contains=request.name_contains,
+            roots_only=request.roots_only,
+            parent_job_id=normalize_job_id(request.parent_job_id) if request.parent_job_id else "",
+            order=request.order,
+        )
+        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset, filters)
         next_token = str(offset + page_size) if offset + page_size < total else ""
         return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token, total_count=total)
 
@@ -284,3 +292,7 @@ class ControllerServiceImpl:
         tail = request.tail_lines or 200
         logs = await asyncio.to_thread(self._platform.worker_logs, request.worker_id, tail)
         return pb.GetWorkerLogsResponse(logs=logs)
+
+    @_rpc
+    async def get_time_series(self, request: pb.GetTimeSeriesRequest, ctx) -> pb.GetTimeSeriesResponse:
+        return self._controller.samples.series(request.task_id)

@@ -186,6 +186,40 @@ _TERMINAL_TASK_SQL = ",".join(str(s) for s in TERMINAL_TASK_STATES)
 _TERMINAL_JOB_SQL = ",".join(str(s) for s in TERMINAL_JOB_STATES)
 
 
+# Each order is served by an index, so deep pages of 100k jobs need no sort.
+JOB_ORDER_SQL: dict[int, str] = {
+    pb.JOB_ORDER_NEWEST: "submitted_at_ms DESC, job_id",
+    pb.JOB_ORDER_OLDEST: "submitted_at_ms ASC, job_id DESC",
+    pb.JOB_ORDER_NAME: "job_id ASC",
+    pb.JOB_ORDER_NAME_DESC: "job_id DESC",
+    pb.JOB_ORDER_STATE: "state, submitted_at_ms DESC, job_id",
+}
+
+
+@dataclass(frozen=True)
+class JobFilters:
+    """ListJobs' narrower selections, beside its state and name-prefix filters."""
+
+    name_contains: str = ""
+    roots_only: bool = False
+    parent_job_id: str = ""
+    order: int = pb.JOB_ORDER_NEWEST
+
+    def sql(self) -> tuple[list[str], list[object]]:
+        where: list[str] = []
+        params: list[object] = []
+        if self.name_contains:
+            # instr() rather than LIKE, so that % and _ in the user's text are plain characters.
+            where.append("instr(lower(job_id), ?) > 0")
+            params.append(self.name_contains.lower())
+        if self.roots_only:
+            where.append("parent_job_id IS NULL")
+        if self.parent_job_id:
+            where.append("parent_job_id = ?")
+            params.append(self.parent_job_id)
+        return where, params
+
+
 class JobExistsError(ValueError):
     pass
 
@@ -1220,7 +1254,12 @@ class ControllerStore:
             ]
 
     def list_jobs(
-        self, states: Iterable[int], name_prefix: str, limit: int, offset: int
+        self,
+        states: Iterable[int],
+        name_prefix: str,
+        limit: int,
+        offset: int,
+        filters: JobFilters | None = None,
     ) -> tuple[list[pb.JobStatus], int]:
         where, params = [], []
         state_list = list(states)
@@ -1230,14 +1269,23 @@ class ControllerStore:
         if name_prefix:
             where.append("job_id >= ? AND job_id < ?")
             params += [name_prefix, name_prefix + "\U0010ffff"]
+        filters = filters or JobFilters()
+        extra_where, extra_params = filters.sql()
+        where += extra_where
+        params += extra_params
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self._read() as db:
             total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
             rows = db.execute(
-                f"SELECT * FROM jobs {clause} ORDER BY submitted_at_ms DESC, job_id LIMIT ? OFFSET ?",
+                f"SELECT * FROM jobs {clause} ORDER BY {JOB_ORDER_SQL[filters.order]} LIMIT ? OFFSET ?",
                 [*params, limit, offset],
             ).fetchall()
-            return [self._job_proto(r, include_tasks=False) for r in rows], total
+            jobs = [self._job_proto(r, include_tasks=False) for r in rows]
+            for job in jobs:
+                job.num_children = db.execute(
+                    "SELECT COUNT(*) FROM jobs WHERE parent_job_id=?", (job.job_id,)
+                ).fetchone()[0]
+            return jobs, total
 
     def count_by_state(self) -> tuple[dict[int, int], dict[int, int]]:
         """(jobs per state, workers per state), for /metrics."""
