@@ -4,20 +4,16 @@ place for screenshots that a person can look at after the run."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+# benchmarks/ is a top-level package beside src/, not installed with iris.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.dashboard_scale import CHROMIUM, launch_chromium  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +26,7 @@ def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        chromium = launch_chromium(playwright)
         try:
             yield chromium
         finally:
