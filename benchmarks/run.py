@@ -142,6 +142,12 @@ def store_rows(quick: bool, with_ray: bool) -> list[Row]:
     return store_scale.rows(quick, with_ray)
 
 
+def dashboard_rows(quick: bool, with_ray: bool) -> list[Row]:
+    from benchmarks import dashboard_scale
+
+    return dashboard_scale.rows(quick, with_ray)
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -156,6 +162,7 @@ STEPS = [
     Step("scheduler_pass", "4. scheduler pass", scheduler_rows, (30, 60)),
     Step("controller_scale", "5. controller scale", controller_rows, (40, 120)),
     Step("store_scale", "6. store at scale", store_rows, (40, 90)),
+    Step("dashboard_scale", "7. dashboard at scale", dashboard_rows, (120, 180)),
 ]
 
 
