@@ -14,13 +14,14 @@ from playwright.sync_api import expect
 from iris.client import IrisClient
 from iris.cluster.controller.controller import now_ms
 from iris.cluster.local_cluster import LocalCluster
-from iris.cluster.types import CoschedulingConfig, Entrypoint, ResourceSpec
+from iris.cluster.types import CoschedulingConfig, Entrypoint, EnvironmentSpec, ResourceSpec
 from iris.config import load_and_validate
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
 
 HOSTILE_NAME = "<img src=x onerror=alert(1)>"
 HOSTILE_LINE = "<script>window.__pwned = 1; alert(2)</script>"
+HOSTILE_ENV = "<svg onload=alert(3)>"
 
 
 def _config(root: Path) -> Path:
@@ -90,6 +91,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
                 ),
                 name="chatty",
                 resources=small,
+                environment=EnvironmentSpec(env_vars={"GREETING": HOSTILE_ENV}),
             )
             client.submit(
                 Entrypoint.from_command("bash", "-c", "sleep 600"),
@@ -201,6 +203,7 @@ def test_dashboard_click_through_job_task_logs_follows_new_lines(page, scenario,
     expect(page.locator("table.tasks tbody tr")).to_contain_text("running")
     expect(page.locator("table.tasks tbody tr")).to_contain_text(re.compile(r"slice|local|worker|cpu", re.I))
     expect(page.locator("ol.story")).to_contain_text("running")
+    expect(page.locator("code.command")).to_contain_text("bash -c echo")
     page.screenshot(path=screenshots / "job.png", full_page=True)
     page.get_by_role("link", name="task 0", exact=True).click()
     logs = page.get_by_role("log", name="Task logs")
@@ -236,6 +239,9 @@ def test_dashboard_hostile_names_and_log_lines_render_as_text_and_run_nothing(pa
     expect(page.locator("table.jobs")).to_contain_text(HOSTILE_NAME)
     _open(page, scenario, "#/job/%2Fhostile")
     expect(page.locator("h1")).to_contain_text(HOSTILE_NAME)
+    _open(page, scenario, "#/job/%2Fchatty")
+    expect(page.locator("table.env")).to_contain_text(f"GREETING{HOSTILE_ENV}")
+    assert page.locator("main svg").count() == 0
     _open(page, scenario, "#/task/" + "%2Fchatty%2F0")
     expect(page.get_by_role("log", name="Task logs")).to_contain_text(HOSTILE_LINE)
     _open(page, scenario, "#/endpoints")

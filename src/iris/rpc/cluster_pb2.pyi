@@ -386,6 +386,12 @@ class GetJobStatusResponse(_message.Message):
     job: JobStatus
     def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
 
+class GetJobSpecRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
 class ListJobsRequest(_message.Message):
     __slots__ = ("states", "name_prefix", "page_size", "page_token", "name_contains", "roots_only", "parent_job_id", "order")
     STATES_FIELD_NUMBER: _ClassVar[int]

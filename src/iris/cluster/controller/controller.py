@@ -197,9 +197,13 @@ class Controller:
                 logger.exception("heartbeat tick failed")
 
     async def sample_cluster(self) -> None:
-        jobs_per_state, _ = self.store.count_by_state()
-        autoscaler = await asyncio.to_thread(self.autoscaler.status) if self.autoscaler is not None else None
-        self.samples.record_cluster(now_ms(), jobs_per_state, autoscaler)
+        """One point of the dashboard's cluster plots; a failure costs a point, nothing else."""
+        try:
+            jobs_per_state, _ = self.store.count_by_state()
+            autoscaler = await asyncio.to_thread(self.autoscaler.status) if self.autoscaler is not None else None
+            self.samples.record_cluster(now_ms(), jobs_per_state, autoscaler)
+        except Exception:
+            logger.exception("sampling the cluster for the dashboard failed")
 
     @property
     def _worker_timeout_ms(self) -> int:

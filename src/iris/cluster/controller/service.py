@@ -296,3 +296,11 @@ class ControllerServiceImpl:
     @_rpc
     async def get_time_series(self, request: pb.GetTimeSeriesRequest, ctx) -> pb.GetTimeSeriesResponse:
         return self._controller.samples.series(request.task_id)
+
+    @_rpc
+    async def get_job_spec(self, request: pb.GetJobSpecRequest, ctx) -> pb.LaunchJobRequest:
+        spec = self._store.job_request(_job_id(request.job_id))
+        spec.ClearField("bundle_blob")
+        if spec.entrypoint.HasField("callable"):
+            spec.entrypoint.callable.ClearField("pickled")
+        return spec

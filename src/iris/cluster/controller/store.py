@@ -1295,6 +1295,13 @@ class ControllerStore:
                 ).fetchone()[0]
             return jobs, total
 
+    def job_request(self, job_id: str) -> pb.LaunchJobRequest:
+        """The job's LaunchJobRequest as stored (a copy the caller may change)."""
+        with self._read():
+            request = pb.LaunchJobRequest()
+            request.CopyFrom(self.request_for(job_id))
+            return request
+
     def count_by_state(self) -> tuple[dict[int, int], dict[int, int]]:
         """(jobs per state, workers per state), for /metrics."""
         with self._read() as db:

@@ -2,7 +2,7 @@
 // its child jobs and its transition story.
 import { rpc } from "../api.js";
 import { h, replace } from "../dom.js";
-import { bytes, cpus, device, jobLink, runtime, stateBadge, story, taskCounts, taskLink, when } from "../format.js";
+import { attributeValue, bytes, cpus, device, jobLink, runtime, stateBadge, story, taskCounts, taskLink, when } from "../format.js";
 import { poll } from "../live.js";
 
 function facts(pairs) {
@@ -29,8 +29,47 @@ function taskRow(task) {
   );
 }
 
+function constraintText(c) {
+  const op = String(c.op || "").replace("CONSTRAINT_OP_", "").toLowerCase();
+  const values = c.values && c.values.length ? c.values : c.value ? [c.value] : [];
+  return `${c.key} ${op} ${values.map(attributeValue).join(", ")}`.trim();
+}
+
+// What the user submitted: command, environment, placement rules.
+function specSection(spec) {
+  const entry = spec.entrypoint || {};
+  const env = spec.environment || {};
+  const command = entry.command ? (entry.command.argv || []).join(" ") : entry.callable ? "a Python callable" : "";
+  const envVars = Object.entries(env.envVars || {}).sort(([a], [b]) => a.localeCompare(b));
+  return [
+    h("h2", {}, "Submitted as"),
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", {}, "Command"),
+      h("dd", {}, h("code", { class: "command" }, command)),
+      h("dt", {}, "Replicas"),
+      h("dd", {}, String(spec.replicas || 1)),
+      spec.coscheduling && spec.coscheduling.groupBy ? [h("dt", {}, "Coscheduled by"), h("dd", {}, spec.coscheduling.groupBy)] : null,
+      (spec.constraints || []).length ? [h("dt", {}, "Constraints"), h("dd", {}, spec.constraints.map((c) => h("span", { class: "chip" }, constraintText(c))))] : null,
+      spec.priority ? [h("dt", {}, "Priority"), h("dd", {}, String(spec.priority))] : null,
+      (env.pipPackages || []).length ? [h("dt", {}, "pip packages"), h("dd", {}, env.pipPackages.join(" "))] : null,
+      (env.setupCommands || []).length ? [h("dt", {}, "Setup commands"), h("dd", {}, env.setupCommands.map((c) => h("div", {}, h("code", {}, c))))] : null,
+    ),
+    envVars.length
+      ? h(
+          "table",
+          { class: "grid env" },
+          h("thead", {}, h("tr", {}, h("th", {}, "Environment variable"), h("th", {}, "Value"))),
+          h("tbody", {}, envVars.map(([key, value]) => h("tr", {}, h("td", {}, h("code", {}, key)), h("td", {}, h("code", {}, value))))),
+        )
+      : null,
+  ];
+}
+
 export function mount(root, [jobId]) {
   const header = h("div");
+  const spec = h("div");
   const tasks = h("tbody");
   const children = h("div");
   const history = h("div");
@@ -47,6 +86,12 @@ export function mount(root, [jobId]) {
     children,
     h("h2", {}, "Story"),
     history,
+    spec,
+  );
+  // The submission does not change: asked for once.
+  rpc("GetJobSpec", { jobId }).then(
+    (submitted) => replace(spec, specSection(submitted)),
+    (error) => replace(spec, h("p", { class: "error-text" }, error.message)),
   );
 
   async function load() {
