@@ -19,7 +19,17 @@ const ORDERS = [
   ["JOB_ORDER_NAME_DESC", "Name Z-A"],
   ["JOB_ORDER_STATE", "State"],
 ];
-const PLOTTED_STATES = ["pending", "running", "succeeded", "failed", "killed", "unschedulable", "worker_failed", "building"];
+// Each state keeps its colour (the badges' hues) whichever states have jobs.
+const PLOTTED_STATES = {
+  pending: "#d97706",
+  building: "#ca8a04",
+  running: "#2563eb",
+  succeeded: "#16a34a",
+  failed: "#dc2626",
+  worker_failed: "#9f1239",
+  killed: "#6b7280",
+  unschedulable: "#7c3aed",
+};
 
 // Kept across visits, so coming back from a job shows the same page of the same selection.
 const view = { name: "", state: "", order: "JOB_ORDER_NEWEST", page: 0, expanded: new Set() };
@@ -178,11 +188,14 @@ export function mount(root) {
   async function loadChart() {
     const series = await rpc("GetTimeSeries", {});
     const samples = series.jobStates || [];
-    const lines = PLOTTED_STATES.map((state) => ({
-      name: state.replace("_", " "),
-      points: samples.map((sample) => [Number(sample.atMs), (sample.counts || {})[state] || 0]),
-    })).filter((line) => line.points.some((p) => p[1] > 0));
-    replace(chart, lineChart({ title: "Jobs by state over time", series: lines, format: (v) => String(Math.round(v)), integer: true }));
+    const lines = Object.entries(PLOTTED_STATES)
+      .map(([state, color]) => ({
+        name: state.replace("_", " "),
+        color,
+        points: samples.map((sample) => [Number(sample.atMs), (sample.counts || {})[state] || 0]),
+      }))
+      .filter((line) => line.points.some((p) => p[1] > 0));
+    replace(chart, lineChart({ title: "Jobs by state over time", series: lines, format: (v) => Math.round(v).toLocaleString(), integer: true }));
   }
 
   return poll(() => Promise.all([load(), loadChart()]));
