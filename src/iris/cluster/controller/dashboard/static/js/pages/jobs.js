@@ -6,11 +6,7 @@ import { jobLink, runtime, stateBadge, taskCounts, when } from "../format.js";
 import { poll } from "../live.js";
 import { lineChart } from "../plot.js";
 
-export const PAGE_SIZE = 50;
-
-function afterPaint() {
-  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
-}
+const PAGE_SIZE = 50;
 const STATES = ["PENDING", "BUILDING", "RUNNING", "SUCCEEDED", "FAILED", "KILLED", "WORKER_FAILED", "UNSCHEDULABLE"];
 const ORDERS = [
   ["JOB_ORDER_NEWEST", "Newest first"],
@@ -33,6 +29,11 @@ const PLOTTED_STATES = {
 
 // Kept across visits, so coming back from a job shows the same page of the same selection.
 const view = { name: "", state: "", order: "JOB_ORDER_NEWEST", page: 0, expanded: new Set() };
+
+// Resolves once the frame holding the latest DOM changes has been painted.
+function afterPaint() {
+  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+}
 
 function filtered() {
   return Boolean(view.name || view.state);
