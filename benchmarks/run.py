@@ -148,6 +148,12 @@ def actor_rows(quick: bool, with_ray: bool) -> list[Row]:
     return actor_calls.rows(quick, with_ray)
 
 
+def dashboard_rows(quick: bool, with_ray: bool) -> list[Row]:
+    from benchmarks import dashboard_scale
+
+    return dashboard_scale.rows(quick, with_ray)
+
+
 @dataclass(frozen=True)
 class Step:
     name: str
@@ -163,6 +169,7 @@ STEPS = [
     Step("controller_scale", "5. controller scale", controller_rows, (40, 120)),
     Step("store_scale", "6. store at scale", store_rows, (40, 90)),
     Step("actor_calls", "7. actor calls", actor_rows, (90, 240)),
+    Step("dashboard_scale", "8. dashboard at scale", dashboard_rows, (120, 180)),
 ]
 
 

@@ -3,8 +3,9 @@
 # image's root filesystem; scripts/test runs it before pytest. Idempotent, and quick when everything
 # is already there.
 #
-#   - Debian packages: the Docker engine, containerd, runc, the CNI plugins, debootstrap, and for
-#     the SSH hosts (tests/hosts/) the OpenSSH server and client and iproute2.
+#   - Debian packages: the Docker engine, containerd, runc, the CNI plugins, debootstrap, chromium
+#     for the dashboard's browser tests, and for the SSH hosts (tests/hosts/) the OpenSSH server and
+#     client and iproute2.
 #   - A Debian root filesystem (debootstrap minbase + Python, venv and pip) as a tarball under
 #     .iris-test/images/, rebuilt only when what goes into it changes. No image registry is
 #     reachable from the test machines, so tests/runtime/conftest.py `docker import`s it as the
@@ -38,6 +39,8 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v containerd >/dev/null 2>&1 || missing+=(containerd)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
+# The dashboard's browser tests drive Debian's chromium through Playwright (never a downloaded browser).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v debootstrap >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from cli_support import IrisResult, LocalClusterConfig, pid_alive, wait_for_file_text
 
@@ -322,3 +323,35 @@ def test_cluster_restart_new_controller_keeps_finished_jobs(
     listed = iris_on(background_cluster, "job", "list", "--json")
     assert listed.returncode == 0, str(listed)
     assert HELLO_JOB in {job["job_id"] for job in json.loads(listed.stdout)}, str(listed)
+
+
+# ---------------------------------------------------------------- dashboard
+
+
+def test_cluster_dashboard_local_prints_url_that_serves_the_dashboard(background_cluster: LocalClusterConfig) -> None:
+    result = background_cluster.runner("cluster", "--config", str(background_cluster.path), "dashboard")
+
+    assert result.returncode == 0, str(result)
+    expected = background_cluster.url() + "/"
+    assert f"dashboard of 'cli-shared': {expected}" in result.stdout, str(result)
+    page = httpx.get(expected, timeout=10)
+    assert page.status_code == 200
+    assert '<script type="module" src="static/js/app.js">' in page.text
+    script = httpx.get(expected + "static/js/app.js", timeout=10)
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+
+
+def test_cluster_dashboard_open_hands_the_url_to_the_browser(
+    background_cluster: LocalClusterConfig, tmp_path: Path
+) -> None:
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+
+    result = background_cluster.runner(
+        "cluster", "--config", str(background_cluster.path), "dashboard", "--open", env={"BROWSER": f"{browser} %s"}
+    )
+
+    assert result.returncode == 0, str(result)
+    assert opened.read_text().strip() == background_cluster.url() + "/"

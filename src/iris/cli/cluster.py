@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import webbrowser
 from pathlib import Path
 
 import click
@@ -167,6 +168,35 @@ def status(ctx: click.Context) -> None:
     console.print(f"[bold]recent jobs[/bold] ({len(jobs)})")
     if jobs:
         console.print(jobs_table(jobs[:20]))
+
+
+@cluster.command()
+@click.option("--port", type=int, default=None, help="Local port for the tunnel to the controller (default: any free port).")
+@click.option("--open", "open_browser", is_flag=True, help="Also open the dashboard in this machine's browser.")
+@click.pass_context
+def dashboard(ctx: click.Context, port: int | None, open_browser: bool) -> None:
+    """Print the controller dashboard's URL, through the platform's tunnel where one is needed."""
+    config, config_path = _load(ctx)
+    platform = _platform(config, config_path)
+    try:
+        url = connect_cluster(platform, config)
+    except ClusterNotRunningError:
+        raise click.ClickException(
+            f"cluster '{config.name}' is not running (start it with: iris cluster --config {config_path} start)"
+        ) from None
+    with platform.tunnel(url, port) as local_url:
+        dashboard_url = local_url.rstrip("/") + "/"
+        click.echo(f"dashboard of '{config.name}': {dashboard_url}")
+        if open_browser and not webbrowser.open(dashboard_url):
+            click.echo("no browser found on this machine; open the URL above yourself")
+        if local_url == url:
+            return
+        # The URL only works while the tunnel is up.
+        click.echo("tunnel open; press Ctrl-C to close it")
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        stop.wait()
 
 
 def _print_groups(status: pb.GetAutoscalerStatusResponse) -> None:

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
+from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobSpecRequest, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetTimeSeriesRequest, GetTimeSeriesResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -96,6 +96,15 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def get_worker_logs(self, request: GetWorkerLogsRequest, ctx: RequestContext[GetWorkerLogsRequest, GetWorkerLogsResponse], /) -> GetWorkerLogsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_time_series(self, request: GetTimeSeriesRequest, ctx: RequestContext[GetTimeSeriesRequest, GetTimeSeriesResponse], /) -> GetTimeSeriesResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_job_spec(self, request: GetJobSpecRequest, ctx: RequestContext[GetJobSpecRequest, LaunchJobRequest], /) -> LaunchJobRequest:
+        """
+        The job as submitted, without the bundle's bytes or a callable's pickle.
+        """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -320,6 +329,28 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_worker_logs,
+                ),
+                "/iris.cluster.ControllerService/GetTimeSeries": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetTimeSeries",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetTimeSeriesRequest,
+                        output=GetTimeSeriesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_time_series,
+                ),
+                "/iris.cluster.ControllerService/GetJobSpec": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetJobSpec",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetJobSpecRequest,
+                        output=LaunchJobRequest,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_job_spec,
                 ),
             },
             interceptors=interceptors,
@@ -742,6 +773,49 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def get_time_series(
+        self,
+        request: GetTimeSeriesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetTimeSeriesResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetTimeSeries",
+                service_name="iris.cluster.ControllerService",
+                input=GetTimeSeriesRequest,
+                output=GetTimeSeriesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def get_job_spec(
+        self,
+        request: GetJobSpecRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> LaunchJobRequest:
+        """
+        The job as submitted, without the bundle's bytes or a callable's pickle.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetJobSpec",
+                service_name="iris.cluster.ControllerService",
+                input=GetJobSpecRequest,
+                output=LaunchJobRequest,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -802,6 +876,15 @@ class ControllerServiceSync(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     def get_worker_logs(self, request: GetWorkerLogsRequest, ctx: RequestContext[GetWorkerLogsRequest, GetWorkerLogsResponse], /) -> GetWorkerLogsResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def get_time_series(self, request: GetTimeSeriesRequest, ctx: RequestContext[GetTimeSeriesRequest, GetTimeSeriesResponse], /) -> GetTimeSeriesResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def get_job_spec(self, request: GetJobSpecRequest, ctx: RequestContext[GetJobSpecRequest, LaunchJobRequest], /) -> LaunchJobRequest:
+        """
+        The job as submitted, without the bundle's bytes or a callable's pickle.
+        """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
 
@@ -1024,6 +1107,28 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.get_worker_logs,
+                ),
+                "/iris.cluster.ControllerService/GetTimeSeries": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetTimeSeries",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetTimeSeriesRequest,
+                        output=GetTimeSeriesResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.get_time_series,
+                ),
+                "/iris.cluster.ControllerService/GetJobSpec": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="GetJobSpec",
+                        service_name="iris.cluster.ControllerService",
+                        input=GetJobSpecRequest,
+                        output=LaunchJobRequest,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.get_job_spec,
                 ),
             },
             interceptors=interceptors,
@@ -1440,6 +1545,49 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.cluster.ControllerService",
                 input=GetWorkerLogsRequest,
                 output=GetWorkerLogsResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def get_time_series(
+        self,
+        request: GetTimeSeriesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> GetTimeSeriesResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetTimeSeries",
+                service_name="iris.cluster.ControllerService",
+                input=GetTimeSeriesRequest,
+                output=GetTimeSeriesResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def get_job_spec(
+        self,
+        request: GetJobSpecRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> LaunchJobRequest:
+        """
+        The job as submitted, without the bundle's bytes or a callable's pickle.
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetJobSpec",
+                service_name="iris.cluster.ControllerService",
+                input=GetJobSpecRequest,
+                output=LaunchJobRequest,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

@@ -53,6 +53,14 @@ class ConstraintOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSTRAINT_OP_LT: _ClassVar[ConstraintOp]
     CONSTRAINT_OP_LE: _ClassVar[ConstraintOp]
     CONSTRAINT_OP_IN: _ClassVar[ConstraintOp]
+
+class JobOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_ORDER_NEWEST: _ClassVar[JobOrder]
+    JOB_ORDER_OLDEST: _ClassVar[JobOrder]
+    JOB_ORDER_NAME: _ClassVar[JobOrder]
+    JOB_ORDER_NAME_DESC: _ClassVar[JobOrder]
+    JOB_ORDER_STATE: _ClassVar[JobOrder]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_BUILDING: JobState
@@ -87,6 +95,11 @@ CONSTRAINT_OP_GE: ConstraintOp
 CONSTRAINT_OP_LT: ConstraintOp
 CONSTRAINT_OP_LE: ConstraintOp
 CONSTRAINT_OP_IN: ConstraintOp
+JOB_ORDER_NEWEST: JobOrder
+JOB_ORDER_OLDEST: JobOrder
+JOB_ORDER_NAME: JobOrder
+JOB_ORDER_NAME_DESC: JobOrder
+JOB_ORDER_STATE: JobOrder
 
 class CommandEntrypoint(_message.Message):
     __slots__ = ("argv",)
@@ -313,7 +326,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., task_index: _Optional[int] = ..., state: _Optional[_Union[TaskState, str]] = ..., worker_id: _Optional[str] = ..., worker_address: _Optional[str] = ..., current_attempt_id: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., started_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., pending_reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ..., ports: _Optional[_Mapping[str, int]] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., result: _Optional[bytes] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "error", "exit_code", "submitted_at", "started_at", "finished_at", "pending_reason", "num_tasks", "task_state_counts", "tasks", "resources", "parent_job_id", "failure_count", "preemption_count", "history")
+    __slots__ = ("job_id", "name", "state", "error", "exit_code", "submitted_at", "started_at", "finished_at", "pending_reason", "num_tasks", "task_state_counts", "tasks", "resources", "parent_job_id", "failure_count", "preemption_count", "history", "num_children")
     class TaskStateCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +351,7 @@ class JobStatus(_message.Message):
     FAILURE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PREEMPTION_COUNT_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
+    NUM_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: JobState
@@ -355,7 +369,8 @@ class JobStatus(_message.Message):
     failure_count: int
     preemption_count: int
     history: _containers.RepeatedCompositeFieldContainer[StateTransition]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., submitted_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., pending_reason: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., parent_job_id: _Optional[str] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ...) -> None: ...
+    num_children: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., submitted_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., pending_reason: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., parent_job_id: _Optional[str] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., num_children: _Optional[int] = ...) -> None: ...
 
 class GetJobStatusRequest(_message.Message):
     __slots__ = ("job_id", "include_tasks")
@@ -371,17 +386,31 @@ class GetJobStatusResponse(_message.Message):
     job: JobStatus
     def __init__(self, job: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
 
+class GetJobSpecRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "name_prefix", "page_size", "page_token")
+    __slots__ = ("states", "name_prefix", "page_size", "page_token", "name_contains", "roots_only", "parent_job_id", "order")
     STATES_FIELD_NUMBER: _ClassVar[int]
     NAME_PREFIX_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    ROOTS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[JobState]
     name_prefix: str
     page_size: int
     page_token: str
-    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., name_prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    name_contains: str
+    roots_only: bool
+    parent_job_id: str
+    order: JobOrder
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., name_prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., name_contains: _Optional[str] = ..., roots_only: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., order: _Optional[_Union[JobOrder, str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token", "total_count")
@@ -782,6 +811,67 @@ class GetWorkerLogsResponse(_message.Message):
     LOGS_FIELD_NUMBER: _ClassVar[int]
     logs: str
     def __init__(self, logs: _Optional[str] = ...) -> None: ...
+
+class JobStateSample(_message.Message):
+    __slots__ = ("at_ms", "counts")
+    class CountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    counts: _containers.ScalarMap[str, int]
+    def __init__(self, at_ms: _Optional[int] = ..., counts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ScaleGroupSample(_message.Message):
+    __slots__ = ("at_ms", "scale_group", "ready_slices", "booting_slices", "demand", "max_slices")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    READY_SLICES_FIELD_NUMBER: _ClassVar[int]
+    BOOTING_SLICES_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLICES_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    scale_group: str
+    ready_slices: int
+    booting_slices: int
+    demand: int
+    max_slices: int
+    def __init__(self, at_ms: _Optional[int] = ..., scale_group: _Optional[str] = ..., ready_slices: _Optional[int] = ..., booting_slices: _Optional[int] = ..., demand: _Optional[int] = ..., max_slices: _Optional[int] = ...) -> None: ...
+
+class TaskUsageSample(_message.Message):
+    __slots__ = ("at_ms", "attempt_id", "cpu_percent", "memory_bytes")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    attempt_id: int
+    cpu_percent: float
+    memory_bytes: int
+    def __init__(self, at_ms: _Optional[int] = ..., attempt_id: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
+
+class GetTimeSeriesRequest(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class GetTimeSeriesResponse(_message.Message):
+    __slots__ = ("interval_ms", "job_states", "scale_groups", "task_usage")
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATES_FIELD_NUMBER: _ClassVar[int]
+    SCALE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TASK_USAGE_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    job_states: _containers.RepeatedCompositeFieldContainer[JobStateSample]
+    scale_groups: _containers.RepeatedCompositeFieldContainer[ScaleGroupSample]
+    task_usage: _containers.RepeatedCompositeFieldContainer[TaskUsageSample]
+    def __init__(self, interval_ms: _Optional[int] = ..., job_states: _Optional[_Iterable[_Union[JobStateSample, _Mapping]]] = ..., scale_groups: _Optional[_Iterable[_Union[ScaleGroupSample, _Mapping]]] = ..., task_usage: _Optional[_Iterable[_Union[TaskUsageSample, _Mapping]]] = ...) -> None: ...
 
 class RunTaskRequest(_message.Message):
     __slots__ = ("task_id", "job_id", "attempt_id", "task_index", "num_tasks", "entrypoint", "resources", "environment", "bundle_uri", "bundle_sha256", "ports", "timeout", "env")

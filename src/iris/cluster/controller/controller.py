@@ -18,11 +18,13 @@ from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome
+from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.launch import inherit_from_parent, job_id_for
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
+from iris.time import now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,8 @@ class Controller:
         self._stopping = False
         # Set by the daemon when the cluster config has scale groups.
         self.autoscaler: Autoscaler | None = None
+        # Sampled on every tick, for the dashboard's plots.
+        self.samples = ClusterSamples(int(settings.heartbeat_interval_s * 1000))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -57,6 +61,7 @@ class Controller:
         self.core.resume()
         if self.autoscaler is not None:
             self.autoscaler.start()
+        await self.sample_cluster()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -137,8 +142,18 @@ class Controller:
             await asyncio.sleep(self.settings.heartbeat_interval_s)
             try:
                 self.core.tick()
+                await self.sample_cluster()
             except Exception:
                 logger.exception("heartbeat tick failed")
+
+    async def sample_cluster(self) -> None:
+        """One point of the dashboard's cluster plots; a failure costs a point, nothing else."""
+        try:
+            jobs_per_state, _ = self.store.count_by_state()
+            autoscaler = await asyncio.to_thread(self.autoscaler.status) if self.autoscaler is not None else None
+            self.samples.record_cluster(now_ms(), jobs_per_state, autoscaler)
+        except Exception:
+            logger.exception("sampling the cluster for the dashboard failed")
 
     def _client_for(self, address: str) -> WorkerServiceClient:
         client = self._worker_clients.get(address)
@@ -172,7 +187,9 @@ class Controller:
             logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
             self.core.round_failed(heartbeat, _describe_error(exc))
             return None
-        return self.core.round_answered(heartbeat, response)
+        outcome = self.core.round_answered(heartbeat, response)
+        self.samples.record_usage(now_ms(), response)
+        return outcome
 
 
 def _describe_error(exc: BaseException) -> str:

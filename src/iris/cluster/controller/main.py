@@ -20,6 +20,7 @@ from iris.chaos import load_from_env
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
+from iris.cluster.controller.dashboard import dashboard_routes
 from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
 from iris.cluster.controller.store import ControllerStore
@@ -91,7 +92,7 @@ class ControllerDaemon:
         )
         app = build_app(
             [service],
-            [Route("/health", self._health), Route("/metrics", self._metrics)],
+            [Route("/health", self._health), Route("/metrics", self._metrics), *dashboard_routes()],
             on_startup=self.controller.start,
             on_shutdown=self.controller.stop,
         )

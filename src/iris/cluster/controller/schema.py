@@ -174,6 +174,14 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     CREATE INDEX jobs_state_listing ON jobs(state, submitted_at_ms DESC, job_id);
     """,
     _slice_membership,
+    # 6: the dashboard's job tree pages through top-level jobs (parent_job_id IS NULL) and lists a
+    # job's children, in each ListJobs order, without sorting or visiting the skipped rows
+    """
+    CREATE INDEX jobs_tree_listing ON jobs(parent_job_id, submitted_at_ms DESC, job_id);
+    CREATE INDEX jobs_tree_names ON jobs(parent_job_id, job_id);
+    CREATE INDEX jobs_tree_states ON jobs(parent_job_id, state, submitted_at_ms DESC, job_id);
+    DROP INDEX jobs_parent;
+    """,
 ]
 
 

@@ -21,6 +21,7 @@ from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.launch import validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
+from iris.cluster.controller.store_reads import JOB_ORDER_SQL, JobFilters
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.cluster.types import normalize_job_id
 from iris.rpc import cluster_pb2 as pb
@@ -106,7 +107,15 @@ class ControllerServiceImpl:
         prefix = request.name_prefix
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
-        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset)
+        if request.order not in JOB_ORDER_SQL:
+            raise ValueError(f"unknown job order {request.order}")
+        filters = JobFilters(
+            name_contains=request.name_contains,
+            roots_only=request.roots_only,
+            parent_job_id=normalize_job_id(request.parent_job_id) if request.parent_job_id else "",
+            order=request.order,
+        )
+        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset, filters)
         next_token = str(offset + page_size) if offset + page_size < total else ""
         return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token, total_count=total)
 
@@ -230,3 +239,15 @@ class ControllerServiceImpl:
         tail = request.tail_lines or 200
         logs = await asyncio.to_thread(self._platform.worker_logs, request.worker_id, tail)
         return pb.GetWorkerLogsResponse(logs=logs)
+
+    @_rpc
+    async def get_time_series(self, request: pb.GetTimeSeriesRequest, ctx) -> pb.GetTimeSeriesResponse:
+        return self._controller.samples.series(request.task_id)
+
+    @_rpc
+    async def get_job_spec(self, request: pb.GetJobSpecRequest, ctx) -> pb.LaunchJobRequest:
+        spec = self._store.job_request(_job_id(request.job_id))
+        spec.ClearField("bundle_blob")
+        if spec.entrypoint.HasField("callable"):
+            spec.entrypoint.callable.ClearField("pickled")
+        return spec

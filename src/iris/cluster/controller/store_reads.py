@@ -10,6 +10,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from iris.cluster.controller import render
 from iris.cluster.controller.transitions import (
@@ -32,6 +33,40 @@ from iris.cluster.controller.store_base import (
     NotFoundError,
     StoreBase,
 )
+
+
+# Each order is served by an index, so deep pages of 100k jobs need no sort.
+JOB_ORDER_SQL: dict[int, str] = {
+    pb.JOB_ORDER_NEWEST: "submitted_at_ms DESC, job_id",
+    pb.JOB_ORDER_OLDEST: "submitted_at_ms ASC, job_id DESC",
+    pb.JOB_ORDER_NAME: "job_id ASC",
+    pb.JOB_ORDER_NAME_DESC: "job_id DESC",
+    pb.JOB_ORDER_STATE: "state, submitted_at_ms DESC, job_id",
+}
+
+
+@dataclass(frozen=True)
+class JobFilters:
+    """ListJobs' narrower selections, beside its state and name-prefix filters."""
+
+    name_contains: str = ""
+    roots_only: bool = False
+    parent_job_id: str = ""
+    order: int = pb.JOB_ORDER_NEWEST
+
+    def sql(self) -> tuple[list[str], list[object]]:
+        where: list[str] = []
+        params: list[object] = []
+        if self.name_contains:
+            # instr() rather than LIKE, so that % and _ in the user's text are plain characters.
+            where.append("instr(lower(job_id), ?) > 0")
+            params.append(self.name_contains.lower())
+        if self.roots_only:
+            where.append("parent_job_id IS NULL")
+        if self.parent_job_id:
+            where.append("parent_job_id = ?")
+            params.append(self.parent_job_id)
+        return where, params
 
 
 class StoreReads(StoreBase):
@@ -153,7 +188,12 @@ class StoreReads(StoreBase):
             return [render.task_status(db, t) for t in rows]
 
     def list_jobs(
-        self, states: Iterable[int], name_prefix: str, limit: int, offset: int
+        self,
+        states: Iterable[int],
+        name_prefix: str,
+        limit: int,
+        offset: int,
+        filters: JobFilters | None = None,
     ) -> tuple[list[pb.JobStatus], int]:
         where, params = [], []
         state_list = list(states)
@@ -163,16 +203,29 @@ class StoreReads(StoreBase):
         if name_prefix:
             where.append("job_id >= ? AND job_id < ?")
             params += [name_prefix, name_prefix + "\U0010ffff"]
+        filters = filters or JobFilters()
+        extra_where, extra_params = filters.sql()
+        where += extra_where
+        params += extra_params
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self._read() as db:
             total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
             rows = db.execute(
-                f"SELECT * FROM jobs {clause} ORDER BY submitted_at_ms DESC, job_id LIMIT ? OFFSET ?",
+                f"SELECT * FROM jobs {clause} ORDER BY {JOB_ORDER_SQL[filters.order]} LIMIT ? OFFSET ?",
                 [*params, limit, offset],
             ).fetchall()
-            return [
-                render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows
-            ], total
+            jobs = [render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows]
+            for job in jobs:
+                job.num_children = db.execute(
+                    "SELECT COUNT(*) FROM jobs WHERE parent_job_id=?", (job.job_id,)
+                ).fetchone()[0]
+            return jobs, total
+
+    def job_request(self, job_id: str) -> pb.LaunchJobRequest:
+        """The job's LaunchJobRequest as stored (a copy the caller may change)."""
+        request = pb.LaunchJobRequest()
+        request.CopyFrom(self.request_for(job_id))
+        return request
 
     def count_by_state(self) -> tuple[dict[int, int], dict[int, int]]:
         """(jobs per state, workers per state), for /metrics."""

@@ -1,0 +1,97 @@
+"""ListJobs' selections for the dashboard (job tree, name substring, orders), on a real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iris.cluster.controller.store import ControllerStore
+from iris.cluster.controller.store_reads import JobFilters
+from iris.rpc import cluster_pb2 as pb
+
+T0 = 1_700_000_000_000
+
+
+def _request(name: str, parent: str = "") -> pb.LaunchJobRequest:
+    return pb.LaunchJobRequest(
+        name=name,
+        parent_job_id=parent,
+        entrypoint=pb.Entrypoint(command=pb.CommandEntrypoint(argv=["true"])),
+        resources=pb.ResourceSpec(cpu_millicores=1000, memory_bytes=1 << 30),
+        replicas=1,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ControllerStore:
+    store = ControllerStore(tmp_path / "controller.sqlite3")
+    # Submitted in this order, one millisecond apart.
+    for i, (job_id, parent) in enumerate(
+        [
+            ("/alpha", ""),
+            ("/alpha/eval-1", "/alpha"),
+            ("/beta_100%", ""),
+            ("/alpha/eval-2", "/alpha"),
+            ("/gamma", ""),
+            ("/alpha/eval-1/deep", "/alpha/eval-1"),
+        ]
+    ):
+        store.create_job(job_id, _request(job_id, parent), T0 + i)
+    store.terminate_job("/gamma", "done with it", T0 + 10)
+    yield store
+    store.close()
+
+
+def _ids(store: ControllerStore, filters: JobFilters, states: list[int] | None = None, limit: int = 100, offset: int = 0):
+    jobs, total = store.list_jobs(states or [], "", limit, offset, filters)
+    return [j.job_id for j in jobs], total
+
+
+def test_list_jobs_roots_only_returns_top_level_jobs_with_their_child_counts(store: ControllerStore) -> None:
+    jobs, total = store.list_jobs([], "", 100, 0, JobFilters(roots_only=True))
+
+    assert [(j.job_id, j.num_children) for j in jobs] == [("/gamma", 0), ("/beta_100%", 0), ("/alpha", 2)]
+    assert total == 3
+
+
+def test_list_jobs_parent_returns_direct_children_only(store: ControllerStore) -> None:
+    assert _ids(store, JobFilters(parent_job_id="/alpha", order=pb.JOB_ORDER_OLDEST)) == (
+        ["/alpha/eval-1", "/alpha/eval-2"],
+        2,
+    )
+    jobs, _ = store.list_jobs([], "", 100, 0, JobFilters(parent_job_id="/alpha", order=pb.JOB_ORDER_OLDEST))
+    assert [j.num_children for j in jobs] == [1, 0]
+
+
+def test_list_jobs_name_contains_is_case_insensitive_and_treats_wildcards_as_text(store: ControllerStore) -> None:
+    assert _ids(store, JobFilters(name_contains="EVAL"))[1] == 3
+    assert _ids(store, JobFilters(name_contains="_100%")) == (["/beta_100%"], 1)
+    assert _ids(store, JobFilters(name_contains="%")) == (["/beta_100%"], 1)
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [
+        (pb.JOB_ORDER_NEWEST, ["/gamma", "/beta_100%", "/alpha"]),
+        (pb.JOB_ORDER_OLDEST, ["/alpha", "/beta_100%", "/gamma"]),
+        (pb.JOB_ORDER_NAME, ["/alpha", "/beta_100%", "/gamma"]),
+        (pb.JOB_ORDER_NAME_DESC, ["/gamma", "/beta_100%", "/alpha"]),
+        # PENDING (1) sorts before KILLED (6); newest first within a state.
+        (pb.JOB_ORDER_STATE, ["/beta_100%", "/alpha", "/gamma"]),
+    ],
+)
+def test_list_jobs_order_sorts_the_roots(store: ControllerStore, order: int, expected: list[str]) -> None:
+    assert _ids(store, JobFilters(roots_only=True, order=order))[0] == expected
+
+
+def test_list_jobs_pages_through_filtered_jobs_with_the_full_total(store: ControllerStore) -> None:
+    first = _ids(store, JobFilters(roots_only=True, order=pb.JOB_ORDER_NAME), limit=2)
+    second = _ids(store, JobFilters(roots_only=True, order=pb.JOB_ORDER_NAME), limit=2, offset=2)
+
+    assert first == (["/alpha", "/beta_100%"], 3)
+    assert second == (["/gamma"], 3)
+
+
+def test_list_jobs_state_filter_combines_with_name(store: ControllerStore) -> None:
+    assert _ids(store, JobFilters(name_contains="a"), states=[pb.JOB_STATE_KILLED]) == (["/gamma"], 1)
