@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from contextlib import ExitStack
@@ -16,6 +17,7 @@ from iris.cluster.types import (
     Constraint,
     Entrypoint,
     EnvironmentSpec,
+    check_env_vars,
     ResourceSpec,
     job_state_name,
     parse_gpu_spec,
@@ -77,7 +79,15 @@ _common_submit_options = [
     click.option("--controller-url", help="Controller URL (or IRIS_CONTROLLER_URL)."),
     click.option("--local", is_flag=True, help="Start a throwaway local cluster for this job."),
     click.option("--name", help="Job name (default: generated)."),
-    click.option("-e", "--env", "env_pairs", nargs=2, multiple=True, metavar="KEY VALUE", help="Environment variable."),
+    click.option(
+        "-e",
+        "--env",
+        "env_pairs",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=lambda ctx, param, values: parse_env_options(values),
+        help="Environment variable for the job; a bare KEY passes this shell's value. Repeatable.",
+    ),
     click.option("--cpu", type=float, default=1, show_default=True, help="Cpus per task."),
     click.option("--memory", default="1GB", show_default=True, help="Memory per task, e.g. 4GB."),
     click.option("--disk", default="0", help="Disk per task, e.g. 10GB."),
@@ -98,6 +108,23 @@ _common_submit_options = [
     click.option("--workspace", type=click.Path(file_okay=False, exists=True), help="Directory to bundle (default: cwd)."),
     click.option("--no-wait", is_flag=True, help="Submit and print the job id without waiting."),
 ]
+
+
+def parse_env_options(values: tuple[str, ...]) -> dict[str, str]:
+    """`-e KEY=VALUE` as in Docker; `-e KEY` takes KEY's value from the submitting shell."""
+    env: dict[str, str] = {}
+    for text in values:
+        name, has_value, value = text.partition("=")
+        if not has_value:
+            if name not in os.environ:
+                raise click.BadParameter(f"{name} is not set here; write -e {name}=VALUE", param_hint="-e/--env")
+            value = os.environ[name]
+        env[name] = value
+    try:
+        check_env_vars(env)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="-e/--env") from None
+    return env
 
 
 def submit_options(func):
@@ -136,7 +163,7 @@ def _submit(client: IrisClient, entrypoint: Entrypoint, default_name: str | None
         entrypoint,
         name=options["name"] or default_name,
         resources=resources,
-        environment=EnvironmentSpec(env_vars=dict(options["env_pairs"])),
+        environment=EnvironmentSpec(env_vars=options["env_pairs"]),
         replicas=options["replicas"],
         max_retries_failure=options["max_retries"],
         timeout=_duration(options["timeout"], "--timeout"),

@@ -2,6 +2,7 @@
 
 from iris.client.client import (
     ControllerUnavailableError,
+    InvalidRequestError,
     IrisClient,
     IrisContext,
     IrisError,
@@ -15,6 +16,7 @@ from iris.client.client import (
 __all__ = [
     "ControllerUnavailableError",
     "IrisClient",
+    "InvalidRequestError",
     "IrisContext",
     "IrisError",
     "Job",

@@ -370,9 +370,37 @@ class EnvironmentSpec:
     setup_commands: list[str] = field(default_factory=list)
 
     def to_proto(self) -> cluster_pb2.EnvironmentConfig:
+        check_env_vars(self.env_vars)
         return cluster_pb2.EnvironmentConfig(
             env_vars=self.env_vars, pip_packages=self.pip_packages, setup_commands=self.setup_commands
         )
+
+
+def check_env_vars(env_vars: dict[str, str]) -> None:
+    """Names and values a process environment can hold; the OS refuses the rest only at exec time."""
+    for name, value in env_vars.items():
+        if not name:
+            raise ValueError("an environment variable needs a name")
+        if "=" in name:
+            key, _, rest = name.partition("=")
+            raise ValueError(
+                f"environment variable name {name!r} contains '='; to set {key} to {rest!r} write -e {name} "
+                f"(or env_vars={{{key!r}: {rest!r}}})"
+            )
+        if "\0" in name or "\0" in value:
+            raise ValueError(f"environment variable {name!r} contains a NUL byte")
+
+
+def check_launch_strings(request: cluster_pb2.LaunchJobRequest) -> None:
+    """What exec() and the environment cannot carry: '=' in a variable name, NUL anywhere."""
+    check_env_vars(dict(request.environment.env_vars))
+    if request.entrypoint.WhichOneof("kind") == "command":
+        for arg in request.entrypoint.command.argv:
+            if "\0" in arg:
+                raise ValueError(f"command argument {arg!r} contains a NUL byte")
+    for port in request.ports:
+        if not port or "\0" in port:
+            raise ValueError(f"port name {port!r} is empty or contains a NUL byte")
 
 
 # ---------------------------------------------------------------- entrypoints

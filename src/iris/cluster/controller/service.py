@@ -21,7 +21,7 @@ from iris.cluster.controller.autoscaler import Autoscaler, slice_info
 from iris.cluster.controller.controller import Controller, now_ms
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
-from iris.cluster.types import Constraint, JobName, normalize_job_id, tpu_topology
+from iris.cluster.types import Constraint, JobName, check_launch_strings, normalize_job_id, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError
@@ -91,6 +91,7 @@ class ControllerServiceImpl:
             raise ValueError("entrypoint is required: give a command or a callable")
         if entry == "command" and not request.entrypoint.command.argv:
             raise ValueError("the command entrypoint has no arguments")
+        check_launch_strings(request)
         if request.replicas < 0:
             raise ValueError(f"replicas must be >= 0, got {request.replicas}")
         resources = request.resources
