@@ -14,6 +14,7 @@ from iris.cli.connect import connection_options, resolve_controller_url
 from iris.cli.render import console, jobs_table, print_json, short_state, styled_state, tasks_table
 from iris.client.client import IrisClient, Job
 from iris.cluster.types import (
+    EXISTING_JOB_POLICIES,
     Constraint,
     Entrypoint,
     EnvironmentSpec,
@@ -107,6 +108,15 @@ _common_submit_options = [
     click.option("--port", "ports", multiple=True, help="Named port to allocate (IRIS_PORT_<NAME>); repeatable."),
     click.option("--workspace", type=click.Path(file_okay=False, exists=True), help="Directory to bundle (default: cwd)."),
     click.option("--no-wait", is_flag=True, help="Submit and print the job id without waiting."),
+    click.option(
+        "--if-exists",
+        "existing_job_policy",
+        type=click.Choice(list(EXISTING_JOB_POLICIES)),
+        default="replace-finished",
+        show_default=True,
+        help="When the name is taken: replace a finished job, refuse (error), follow the running one (keep), "
+        "or kill and replace it (recreate).",
+    ),
 ]
 
 
@@ -172,6 +182,7 @@ def _submit(client: IrisClient, entrypoint: Entrypoint, default_name: str | None
         priority=priority,
         ports=options["ports"],
         workspace=Path(workspace) if workspace else Path.cwd(),
+        existing_job_policy=options["existing_job_policy"],
     )
 
 
@@ -312,3 +323,14 @@ def job_kill(client: IrisClient, job_id: str) -> None:
         status = client.job(job_id).status()
         click.echo(f"{status.job_id} had already finished ({job_state_name(status.state)})")
 
+
+
+@job.command("delete")
+@connection_options
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--kill", "kill_running", is_flag=True, help="Kill a job that is still running instead of refusing.")
+def job_delete(client: IrisClient, job_ids: tuple[str, ...], kill_running: bool) -> None:
+    """Forget finished jobs (and their children), freeing their names."""
+    for job_id in job_ids:
+        deleted = client.job(job_id).delete(kill_running=kill_running)
+        click.echo("deleted " + ", ".join(deleted))

@@ -63,8 +63,9 @@ def duration_between(start: time_pb2.Timestamp, end: time_pb2.Timestamp) -> str:
 
 
 def print_json(messages: Message | list[Message]) -> None:
+    # camelCase keys, as the controller's JSON API answers, so one parser reads both.
     def as_dict(message: Message) -> dict:
-        return json_format.MessageToDict(message, preserving_proto_field_name=True)
+        return json_format.MessageToDict(message)
 
     data = [as_dict(m) for m in messages] if isinstance(messages, list) else as_dict(messages)
     click.echo(json.dumps(data, indent=2, sort_keys=True))

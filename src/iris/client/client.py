@@ -30,6 +30,7 @@ from iris.cluster.types import (
     ResourceSpec,
     job_state_name,
     normalize_job_id,
+    parse_existing_job_policy,
     parse_priority,
 )
 from iris.rpc import cluster_pb2 as pb
@@ -193,8 +194,13 @@ class IrisClient:
         coscheduling: CoschedulingConfig | None = None,
         scheduling_timeout: float | Duration | None = None,
         max_task_failures: int = 0,
+        existing_job_policy: str | int | None = None,
     ) -> Job:
         """Submit a job; see `Job` for following it.
+
+        A job whose name is taken by a finished job replaces it; one still running is an error
+        unless `existing_job_policy` is "keep" (return the running job) or "recreate" (kill and
+        replace it); "error" refuses any existing job.
 
         `timeout` bounds each task's run time and `scheduling_timeout` how long it may wait to be
         placed (the job becomes UNSCHEDULABLE). A TPU device of a multi-host variant sets replicas
@@ -211,6 +217,7 @@ class IrisClient:
             ports=list(ports),
             priority=parse_priority(priority),
             constraints=[c.to_proto() for c in constraints],
+            existing_job_policy=parse_existing_job_policy(existing_job_policy),
         )
         if coscheduling is not None:
             request.coscheduling.CopyFrom(coscheduling.to_proto())
@@ -276,6 +283,11 @@ class Job:
 
     def terminate(self, reason: str = "terminated by user") -> list[str]:
         return list(self.client.call("terminate_job", pb.TerminateJobRequest(job_id=self.job_id, reason=reason)).terminated_job_ids)
+
+    def delete(self, kill_running: bool = False) -> list[str]:
+        """Forget a finished job and its children so that the name can be used again."""
+        request = pb.DeleteJobRequest(job_id=self.job_id, kill_running=kill_running)
+        return list(self.client.call("delete_job", request).deleted_job_ids)
 
     def logs(self, cursor: int = 0) -> list[pb.TaskLogLine]:
         lines: list[pb.TaskLogLine] = []

@@ -376,6 +376,26 @@ class EnvironmentSpec:
         )
 
 
+EXISTING_JOB_POLICIES = {
+    "replace-finished": cluster_pb2.EXISTING_JOB_POLICY_UNSPECIFIED,
+    "error": cluster_pb2.EXISTING_JOB_POLICY_ERROR,
+    "keep": cluster_pb2.EXISTING_JOB_POLICY_KEEP,
+    "recreate": cluster_pb2.EXISTING_JOB_POLICY_RECREATE,
+}
+
+
+def parse_existing_job_policy(policy: str | int | None) -> int:
+    """What a launch does when its name is taken: "replace-finished" (default), "error", "keep", "recreate"."""
+    if policy is None:
+        return cluster_pb2.EXISTING_JOB_POLICY_UNSPECIFIED
+    if isinstance(policy, int):
+        return policy
+    key = policy.strip().lower().replace("_", "-")
+    if key not in EXISTING_JOB_POLICIES:
+        raise ValueError(f"unknown existing_job_policy {policy!r}; expected one of: {', '.join(EXISTING_JOB_POLICIES)}")
+    return EXISTING_JOB_POLICIES[key]
+
+
 def check_env_vars(env_vars: dict[str, str]) -> None:
     """Names and values a process environment can hold; the OS refuses the rest only at exec time."""
     for name, value in env_vars.items():

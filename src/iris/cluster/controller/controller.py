@@ -19,6 +19,7 @@ import pyqwest
 from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
+from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
 from iris.cluster.types import JobName
@@ -124,6 +125,13 @@ class Controller:
 
     async def launch_job(self, request: pb.LaunchJobRequest) -> str:
         job_id = self._job_id_for(request)
+        if self.store.job_exists(job_id):
+            action = decide_existing_job(job_id, request.existing_job_policy, self.store.job_status(job_id).state)
+            if action == ExistingJobAction.KEEP:
+                return job_id
+            if action == ExistingJobAction.KILL_AND_REPLACE:
+                self.terminate_job(job_id, "replaced by a new submission of the same name")
+            self.store.delete_job_tree(job_id)
         if request.bundle_blob:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
         if request.parent_job_id:
@@ -152,6 +160,11 @@ class Controller:
         terminated, effects = self.store.terminate_job(job_id, reason, now_ms())
         self.apply_effects(effects)
         return terminated
+
+    def delete_job(self, job_id: str, kill_running: bool) -> list[str]:
+        if kill_running:
+            self.terminate_job(job_id, "killed to be deleted")
+        return self.store.delete_job_tree(job_id)
 
     def register_worker(self, worker_id: str, address: str, metadata: pb.WorkerMetadata) -> None:
         self.apply_effects(self.store.register_worker(worker_id, address, metadata, now_ms()))

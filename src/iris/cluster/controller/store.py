@@ -173,6 +173,15 @@ MIGRATIONS: list[str] = [
     DROP INDEX jobs_state;
     CREATE INDEX jobs_state_listing ON jobs(state, submitted_at_ms DESC, job_id);
     """,
+    # 5: the last attempt id of each task of a deleted job; a job created again under the same
+    # name continues from there, so a worker still holding an old attempt never mistakes a new
+    # attempt for a repeated delivery of it
+    """
+    CREATE TABLE deleted_task_attempts (
+        task_id TEXT PRIMARY KEY,
+        last_attempt INTEGER NOT NULL
+    );
+    """,
 ]
 
 logger = logging.getLogger(__name__)
@@ -338,11 +347,26 @@ class ControllerStore:
                     root_submitted_ms,
                 ),
             )
+            previous = {
+                r["task_id"]: r["last_attempt"]
+                for r in db.execute(
+                    "SELECT task_id, last_attempt FROM deleted_task_attempts WHERE task_id>? AND task_id<?",
+                    (job_id + "/", job_id + "/\U0010ffff"),
+                )
+            }
             db.executemany(
-                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms)"
-                " VALUES (?,?,?,?,?,?)",
+                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms,"
+                " current_attempt) VALUES (?,?,?,?,?,?,?)",
                 [
-                    (f"{job_id}/{i}", job_id, i, pb.TASK_STATE_PENDING, "waiting for the scheduler", now_ms)
+                    (
+                        f"{job_id}/{i}",
+                        job_id,
+                        i,
+                        pb.TASK_STATE_PENDING,
+                        "waiting for the scheduler",
+                        now_ms,
+                        previous.get(f"{job_id}/{i}", -1),
+                    )
                     for i in range(num_tasks)
                 ],
             )
@@ -361,6 +385,41 @@ class ControllerStore:
                 raise NotFoundError(f"job {job_id} not found")
             terminated = self._kill_job_tree(job_id, pb.JOB_STATE_KILLED, reason, now_ms, effects)
         return terminated, effects
+
+    def delete_job_tree(self, job_id: str) -> list[str]:
+        """Forget a finished job and its children (rows, history, logs, endpoints); their ids."""
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT job_id, state FROM jobs WHERE job_id=? OR (job_id>? AND job_id<?)",
+                (job_id, job_id + "/", job_id + "/\U0010ffff"),
+            ).fetchall()
+            if not rows:
+                raise NotFoundError(f"job {job_id} not found")
+            for row in rows:
+                if row["state"] not in TERMINAL_JOB_STATES:
+                    raise JobExistsError(
+                        f"job {row['job_id']} is still {state_label('job', row['state'])}; kill it before deleting it"
+                    )
+            tree = [row["job_id"] for row in rows]
+            for member in tree:
+                for task in db.execute("SELECT task_id, current_attempt FROM tasks WHERE job_id=?", (member,)).fetchall():
+                    task_id = task["task_id"]
+                    db.execute(
+                        "INSERT OR REPLACE INTO deleted_task_attempts(task_id, last_attempt) VALUES (?,?)",
+                        (task_id, task["current_attempt"]),
+                    )
+                    db.execute("DELETE FROM attempts WHERE task_id=?", (task_id,))
+                    db.execute(
+                        "DELETE FROM transitions WHERE (kind='task' AND entity_id=?)"
+                        " OR (kind='attempt' AND entity_id>? AND entity_id<?)",
+                        (task_id, task_id + "#", task_id + "#\U0010ffff"),
+                    )
+                for table in ("tasks", "task_logs", "endpoints", "jobs"):
+                    db.execute(f"DELETE FROM {table} WHERE job_id=?", (member,))
+                db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (member,))
+                self._requests.pop(member, None)
+                self._demand_templates.pop(member, None)
+        return tree
 
     def _kill_job_tree(self, job_id: str, final_state: int, reason: str, now_ms: int, effects: Effects) -> list[str]:
         changed = []
