@@ -8,7 +8,7 @@ import pytest
 from cli_support import IrisResult, LocalClusterConfig
 
 from iris.client import InvalidRequestError, IrisClient
-from iris.cluster.types import Entrypoint
+from iris.cluster.types import TERMINAL_JOB_STATES, Entrypoint
 from iris.rpc import cluster_pb2 as pb
 
 
@@ -68,7 +68,7 @@ def test_client_submit_running_name_policies(background_cluster: LocalClusterCon
             client.submit(Entrypoint.from_command("true"), name="busy")
         kept = client.submit(Entrypoint.from_command("true"), name="busy", existing_job_policy="keep")
         assert kept.job_id == running.job_id
-        assert kept.status().state in (pb.JOB_STATE_PENDING, pb.JOB_STATE_RUNNING)
+        assert kept.status().state not in TERMINAL_JOB_STATES
         replaced = client.submit(
             Entrypoint.from_command("python", "-c", "print('replacement')"), name="busy", existing_job_policy="recreate"
         )
