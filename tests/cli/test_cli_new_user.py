@@ -74,7 +74,7 @@ def test_client_submit_running_name_policies(background_cluster: LocalClusterCon
         )
         status = replaced.wait(timeout=60)
         assert status.state == pb.JOB_STATE_SUCCEEDED
-        assert [line.line.data for line in replaced.logs()] == ["replacement"]
+        assert [line.data for line in replaced.logs()] == ["replacement"]
         with pytest.raises(InvalidRequestError, match="already exists"):
             client.submit(Entrypoint.from_command("true"), name="busy", existing_job_policy="error")
 

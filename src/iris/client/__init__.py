@@ -10,18 +10,22 @@ from iris.client.client import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    LogEntry,
     iris_ctx,
 )
+from iris.cluster.types import JobState
 
 __all__ = [
     "ControllerUnavailableError",
-    "IrisClient",
     "InvalidRequestError",
+    "IrisClient",
     "IrisContext",
     "IrisError",
     "Job",
     "JobFailedError",
     "JobNotFoundError",
+    "JobState",
     "JobTimeoutError",
+    "LogEntry",
     "iris_ctx",
 ]

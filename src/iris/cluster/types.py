@@ -23,6 +23,10 @@ TERMINAL_JOB_STATES = frozenset(
     }
 )
 
+UNFINISHED_JOB_STATES = tuple(
+    state for state in cluster_pb2.JobState.values() if state and state not in TERMINAL_JOB_STATES
+)
+
 TERMINAL_TASK_STATES = frozenset(
     {
         cluster_pb2.TASK_STATE_SUCCEEDED,
@@ -41,6 +45,32 @@ def job_state_name(state: int) -> str:
 
 def task_state_name(state: int) -> str:
     return cluster_pb2.TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+
+
+class JobState(enum.IntEnum):
+    """A job's state by name; equal to the protobuf value, so `status.state == JobState.SUCCEEDED`."""
+
+    UNSPECIFIED = cluster_pb2.JOB_STATE_UNSPECIFIED
+    PENDING = cluster_pb2.JOB_STATE_PENDING
+    BUILDING = cluster_pb2.JOB_STATE_BUILDING
+    RUNNING = cluster_pb2.JOB_STATE_RUNNING
+    SUCCEEDED = cluster_pb2.JOB_STATE_SUCCEEDED
+    FAILED = cluster_pb2.JOB_STATE_FAILED
+    KILLED = cluster_pb2.JOB_STATE_KILLED
+    WORKER_FAILED = cluster_pb2.JOB_STATE_WORKER_FAILED
+    UNSCHEDULABLE = cluster_pb2.JOB_STATE_UNSCHEDULABLE
+
+    @classmethod
+    def of(cls, value: int | str) -> JobState:
+        """From a protobuf value or a name such as "succeeded" or "JOB_STATE_SUCCEEDED"."""
+        return cls(parse_job_state(value) if isinstance(value, str) else value)
+
+    @property
+    def finished(self) -> bool:
+        return self.value in TERMINAL_JOB_STATES
+
+    def __str__(self) -> str:
+        return self.name.lower()
 
 
 def parse_job_state(text: str) -> int:

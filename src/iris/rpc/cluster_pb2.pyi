@@ -40,6 +40,7 @@ class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKER_STATE_UNHEALTHY: _ClassVar[WorkerState]
     WORKER_STATE_FAILED: _ClassVar[WorkerState]
     WORKER_STATE_STOPPED: _ClassVar[WorkerState]
+    WORKER_STATE_TERMINATED: _ClassVar[WorkerState]
 
 class ConstraintOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -84,6 +85,7 @@ WORKER_STATE_HEALTHY: WorkerState
 WORKER_STATE_UNHEALTHY: WorkerState
 WORKER_STATE_FAILED: WorkerState
 WORKER_STATE_STOPPED: WorkerState
+WORKER_STATE_TERMINATED: WorkerState
 CONSTRAINT_OP_UNSPECIFIED: ConstraintOp
 CONSTRAINT_OP_EQ: ConstraintOp
 CONSTRAINT_OP_NE: ConstraintOp

@@ -356,12 +356,19 @@ class Autoscaler:
             self._store.update_slice(slice_id, "DELETING", "cleaning up", now)
         self._store.update_slice(slice_id, "DELETED", reason, now)
 
-    def _fail_slice_workers(self, slice_id: str, reason: str) -> None:
+    def _fail_slice_workers(self, slice_id: str, reason: str, on_purpose: bool = False) -> None:
         worker_ids = [
             w.worker_id for w in self._store.list_workers() if _attr(w, "slice-id") == slice_id
         ]
-        if worker_ids:
-            self._apply_effects(self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", _ms()))
+        if not worker_ids:
+            return
+        if on_purpose:
+            effects = self._store.fail_workers(
+                worker_ids, f"slice {slice_id} {reason}", _ms(), final_state=pb.WORKER_STATE_TERMINATED
+            )
+        else:
+            effects = self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", _ms())
+        self._apply_effects(effects)
 
     # ------------------------------------------------------------ one evaluation
 
@@ -560,7 +567,7 @@ class Autoscaler:
                 # The slice stays DELETING; the next evaluation tries again.
                 logger.warning("terminating slice %s failed: %s; will retry", slice_id, exc)
                 return
-        self._fail_slice_workers(slice_id, f"slice terminated: {reason}")
+        self._fail_slice_workers(slice_id, f"terminated: {reason}", on_purpose=True)
         self._store.update_slice(slice_id, "DELETED", "terminated", _ms())
         self._untrack(slice_id)
 

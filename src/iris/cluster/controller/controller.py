@@ -20,7 +20,8 @@ from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
-from iris.cluster.controller.scheduler import find_assignments
+from iris.cluster.controller.feasibility import demand_from_request, never_servable_reason
+from iris.cluster.controller.scheduler import Resources, find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
 from iris.cluster.types import JobName
 from iris.rpc import cluster_pb2 as pb
@@ -132,6 +133,8 @@ class Controller:
             if action == ExistingJobAction.KILL_AND_REPLACE:
                 self.terminate_job(job_id, "replaced by a new submission of the same name")
             self.store.delete_job_tree(job_id)
+        if self.autoscaler is not None:
+            self._refuse_never_servable(job_id, request)
         if request.bundle_blob:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
         if request.parent_job_id:
@@ -145,6 +148,19 @@ class Controller:
         if self.autoscaler is not None:
             self.autoscaler.wake()
         return job_id
+
+    def _refuse_never_servable(self, job_id: str, request: pb.LaunchJobRequest) -> None:
+        assert self.autoscaler is not None
+        demand = demand_from_request(job_id, request)
+        gang_size = max(1, request.replicas) if request.coscheduling.group_by else 1
+        totals = (
+            Resources(w.metadata.cpu_millicores, w.metadata.memory_bytes, w.metadata.disk_bytes)
+            for w in self.store.list_workers()
+            if w.state == pb.WORKER_STATE_HEALTHY
+        )
+        reason = never_servable_reason(demand, gang_size, self.autoscaler.groups.values(), totals)
+        if reason:
+            raise ValueError(f"job {job_id} asks for {demand.resources.describe()}: {reason}")
 
     def _job_id_for(self, request: pb.LaunchJobRequest) -> str:
         leaf = request.name or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris.cluster.controller.feasibility import demand_from_request
 from iris.cluster.controller.scheduler import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.controller.transitions import (
     JOB_TRANSITIONS,
@@ -535,21 +536,7 @@ class ControllerStore:
         """The scheduling shape shared by every task of a job (cached: requests never change)."""
         template = self._demand_templates.get(job_id)
         if template is None:
-            request = self.request_for(job_id)
-            spec = request.resources
-            device = None
-            kind = spec.device.WhichOneof("device")
-            if kind is not None:
-                chosen = getattr(spec.device, kind)
-                device = Device(kind, chosen.variant, chosen.count)
-            template = TaskDemand(
-                task_id="",
-                job_id=job_id,
-                resources=Resources(spec.cpu_millicores, spec.memory_bytes, spec.disk_bytes),
-                device=device,
-                constraints=tuple(Constraint.from_proto(c) for c in request.constraints),
-                gang_group_by=request.coscheduling.group_by,
-            )
+            template = demand_from_request(job_id, self.request_for(job_id))
             self._demand_templates[job_id] = template
         return template
 
@@ -700,7 +687,7 @@ class ControllerStore:
                     (worker_id, pb.WORKER_STATE_UNSPECIFIED, pb.WORKER_STATE_HEALTHY, "registered", now_ms),
                 )
             else:
-                if row["state"] in (pb.WORKER_STATE_FAILED, pb.WORKER_STATE_STOPPED):
+                if row["state"] in (pb.WORKER_STATE_FAILED, pb.WORKER_STATE_STOPPED, pb.WORKER_STATE_TERMINATED):
                     self._transition("worker", worker_id, row["state"], pb.WORKER_STATE_HEALTHY, "registered again", now_ms)
                 db.execute(
                     "UPDATE workers SET address=?, metadata=?, state=?, registered_at_ms=?, last_heartbeat_ms=?,"
@@ -1051,12 +1038,12 @@ class ControllerStore:
                 )
         return effects
 
-    def _fail_worker(self, worker: sqlite3.Row, reason: str, now_ms: int, effects: Effects) -> None:
+    def _fail_worker(
+        self, worker: sqlite3.Row, reason: str, now_ms: int, effects: Effects, final_state: int = pb.WORKER_STATE_FAILED
+    ) -> None:
         worker_id = worker["worker_id"]
-        self._transition("worker", worker_id, worker["state"], pb.WORKER_STATE_FAILED, reason, now_ms)
-        self._conn.execute(
-            "UPDATE workers SET state=?, error=? WHERE worker_id=?", (pb.WORKER_STATE_FAILED, reason, worker_id)
-        )
+        self._transition("worker", worker_id, worker["state"], final_state, reason, now_ms)
+        self._conn.execute("UPDATE workers SET state=?, error=? WHERE worker_id=?", (final_state, reason, worker_id))
         touched: set[str] = set()
         for a in self._conn.execute(
             "SELECT task_id, attempt_id, state, delivered FROM attempts WHERE worker_id=? AND logs_complete=0",
@@ -1155,14 +1142,17 @@ class ControllerStore:
         with self._read():
             return self._history("slice", slice_id)
 
-    def fail_workers(self, worker_ids: list[str], reason: str, now_ms: int) -> Effects:
-        """Workers known to be gone (their slice died): fail them now rather than at their timeout."""
+    def fail_workers(
+        self, worker_ids: list[str], reason: str, now_ms: int, final_state: int = pb.WORKER_STATE_FAILED
+    ) -> Effects:
+        """Workers known to be gone: fail them now rather than at their timeout. A slice ended on
+        purpose leaves its workers TERMINATED instead of FAILED; their tasks fail over the same way."""
         effects = Effects()
         with self._write() as db:
             for worker_id in worker_ids:
                 worker = db.execute("SELECT * FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
                 if worker is not None and worker["state"] in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
-                    self._fail_worker(worker, reason, now_ms, effects)
+                    self._fail_worker(worker, reason, now_ms, effects, final_state)
         return effects
 
     # ------------------------------------------------------------ reads

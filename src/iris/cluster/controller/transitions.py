@@ -121,16 +121,21 @@ WORKER_TRANSITIONS: dict[int, dict[int, str]] = {
         pb.WORKER_STATE_UNHEALTHY: "a heartbeat failed",
         pb.WORKER_STATE_FAILED: "no successful heartbeat within the worker timeout",
         pb.WORKER_STATE_STOPPED: "it was deregistered",
+        pb.WORKER_STATE_TERMINATED: "its slice was terminated on purpose",
     },
     pb.WORKER_STATE_UNHEALTHY: {
         pb.WORKER_STATE_HEALTHY: "a heartbeat succeeded again",
         pb.WORKER_STATE_FAILED: "no successful heartbeat within the worker timeout",
         pb.WORKER_STATE_STOPPED: "it was deregistered",
+        pb.WORKER_STATE_TERMINATED: "its slice was terminated on purpose",
     },
     pb.WORKER_STATE_FAILED: {
         pb.WORKER_STATE_HEALTHY: "it registered again",
     },
     pb.WORKER_STATE_STOPPED: {
+        pb.WORKER_STATE_HEALTHY: "it registered again",
+    },
+    pb.WORKER_STATE_TERMINATED: {
         pb.WORKER_STATE_HEALTHY: "it registered again",
     },
 }
