@@ -312,6 +312,8 @@ def test_controller_run_local_on_running_cluster_refuses_and_keeps_url(cluster: 
 
 
 def test_config_option_before_or_after_subcommand_and_traceback_anywhere(cluster: LocalClusterConfig) -> None:
+    for name in ("listed-1", "listed-2"):
+        assert iris_on(cluster, "run", "--name", name, "--", "true").returncode == 0
     after = cluster.runner("cluster", "status", "--config", str(cluster.path))
     before = cluster.runner("--config", str(cluster.path), "job", "list", "--limit", "1")
     traceback = cluster.runner("job", "status", "/no-such-job", "--config", str(cluster.path), "--traceback")
