@@ -231,6 +231,9 @@ def derive_job_state(
         return JobOutcome(pb.JOB_STATE_FAILED, failure_detail or "every task failed")
     if counts[pb.TASK_STATE_RUNNING]:
         return JobOutcome(pb.JOB_STATE_RUNNING, "")
+    if current == pb.JOB_STATE_RUNNING and counts[pb.TASK_STATE_SUCCEEDED]:
+        # Later tasks starting after earlier ones finished: nothing was lost, the job runs on.
+        return JobOutcome(current, "")
     if counts[pb.TASK_STATE_BUILDING]:
         return JobOutcome(pb.JOB_STATE_BUILDING, "")
     if current in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_BUILDING) and (
