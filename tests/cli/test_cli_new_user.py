@@ -30,7 +30,7 @@ from cli_support import (
 )
 
 from iris.client import InvalidRequestError, IrisClient, JobState, LogEntry
-from iris.cluster.types import TERMINAL_JOB_STATES, Entrypoint
+from iris.cluster.types import TERMINAL_JOB_STATES, Entrypoint, EnvironmentSpec
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
 
@@ -121,6 +121,8 @@ def test_client_env_name_with_equals_or_nul_rejected_at_submit(cluster: LocalClu
         with pytest.raises(InvalidRequestError, match="NUL"):
             client.call("launch_job", request)
         assert "/bad-env" not in [job.job_id for job in client.list_jobs()]
+        with pytest.raises(ValueError, match="'A=B' contains '='"):
+            client.submit(Entrypoint.from_command("true"), environment=EnvironmentSpec(env_vars={"A=B": "1"}))
 
 
 # ---------------------------------------------------------------- 2. job names used again
