@@ -35,13 +35,15 @@ def demand_from_request(job_id: str, request: pb.LaunchJobRequest) -> TaskDemand
 def never_servable_reason(
     demand: TaskDemand, gang_size: int, groups: Iterable[ScalingGroup], worker_totals: Iterable[Resources]
 ) -> str:
-    """Why no scale group and no registered worker could ever run one task, or "" if one might."""
-    if any(demand.resources.fits_in(total) for total in worker_totals):
-        return ""
+    """Why no scale group and no registered worker could ever run one task, or "" if one might.
+
+    Groups are asked first: `worker_totals` may be lazy, and reading workers costs more."""
     reasons = []
     for group in groups:
         why = group.cannot_serve(demand, gang_size)
         if not why:
             return ""
         reasons.append(f"{group.name}: {why}")
+    if any(demand.resources.fits_in(total) for total in worker_totals):
+        return ""
     return "no scale group or worker of this cluster can ever run it (" + "; ".join(reasons) + ")"

@@ -33,7 +33,6 @@ from iris.cluster.types import (
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
     AttributeValue,
-    Constraint,
     attribute_from_proto,
     task_state_name,
 )
