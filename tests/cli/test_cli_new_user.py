@@ -123,6 +123,8 @@ def test_client_env_name_with_equals_or_nul_rejected_at_submit(cluster: LocalClu
         assert "/bad-env" not in [job.job_id for job in client.list_jobs()]
         with pytest.raises(ValueError, match="'A=B' contains '='"):
             client.submit(Entrypoint.from_command("true"), environment=EnvironmentSpec(env_vars={"A=B": "1"}))
+        with pytest.raises(ValueError, match="NUL"):
+            client.submit(Entrypoint.from_command("echo", "a\0b"))
 
 
 # ---------------------------------------------------------------- 2. job names used again

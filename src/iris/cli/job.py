@@ -27,8 +27,8 @@ from iris.cluster.types import (
     Constraint,
     Entrypoint,
     EnvironmentSpec,
-    check_env_vars,
     ResourceSpec,
+    check_env_vars,
     job_state_name,
     parse_gpu_spec,
     parse_job_state,
@@ -86,10 +86,10 @@ def connection_hint(config_path: str | None, controller_url: str | None, client:
     return ""
 
 
-def follow_job(job: Job, timestamps: bool = False) -> pb.JobStatus:
+def follow_job(job: Job) -> pb.JobStatus:
     """Stream the job's output, with a status line on stderr while it waits; its final status."""
     waiting = WaitingLine(job.client, sys.stderr)
-    printer = LogPrinter(job.status().num_tasks > 1, sys.stdout, sys.stderr, timestamps)
+    printer = LogPrinter(job.status().num_tasks > 1, sys.stdout, sys.stderr)
     try:
         for line in job.follow_logs(on_status=waiting.update):
             waiting.clear()

@@ -30,6 +30,7 @@ from iris.cluster.types import (
     EnvironmentSpec,
     JobState,
     ResourceSpec,
+    check_launch_strings,
     job_state_name,
     normalize_job_id,
     parse_existing_job_policy,
@@ -290,6 +291,7 @@ class IrisClient:
             constraints=[c.to_proto() for c in constraints],
             existing_job_policy=parse_existing_job_policy(existing_job_policy),
         )
+        check_launch_strings(request)
         if coscheduling is not None:
             request.coscheduling.CopyFrom(coscheduling.to_proto())
         if max_retries_preemption is not None:
