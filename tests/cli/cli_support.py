@@ -203,7 +203,7 @@ class LocalClusterConfig:
         pid = self.pid()
         tree = process_tree(pid) if pid else []
         try:
-            self.runner("cluster", "--config", str(self.path), "stop")
+            self.runner("cluster", "--config", str(self.path), "stop", "--yes")
         finally:
             psutil.wait_procs(tree, timeout=PROCESS_EXIT_TIMEOUT_S)
             kill_all(tree)

@@ -120,10 +120,10 @@ def test_job_list_json_is_valid_json_with_job(
 
     assert result.returncode == 0, str(result)
     jobs = json.loads(result.stdout)
-    by_id = {job["job_id"]: job for job in jobs}
+    by_id = {job["jobId"]: job for job in jobs}
     assert HELLO_JOB in by_id, str(result)
     assert by_id[HELLO_JOB]["state"] == "JOB_STATE_SUCCEEDED"
-    assert by_id[HELLO_JOB]["num_tasks"] == 1
+    assert by_id[HELLO_JOB]["numTasks"] == 1
 
 
 def test_job_list_state_filter_keeps_matching_jobs_only(
@@ -133,8 +133,8 @@ def test_job_list_state_filter_keeps_matching_jobs_only(
     killed = iris_on(background_cluster, "job", "list", "--state", "killed", "--json")
 
     assert succeeded.returncode == 0 and killed.returncode == 0, f"{succeeded}\n{killed}"
-    assert HELLO_JOB in {job["job_id"] for job in json.loads(succeeded.stdout)}
-    assert HELLO_JOB not in {job["job_id"] for job in json.loads(killed.stdout)}
+    assert HELLO_JOB in {job["jobId"] for job in json.loads(succeeded.stdout)}
+    assert HELLO_JOB not in {job["jobId"] for job in json.loads(killed.stdout)}
 
 
 def test_job_list_state_bogus_rejected_exit_2(background_cluster: LocalClusterConfig) -> None:
@@ -184,11 +184,11 @@ def test_job_status_json_has_tasks_and_history(
 
     assert result.returncode == 0, str(result)
     status = json.loads(result.stdout)
-    assert status["job_id"] == HELLO_JOB
+    assert status["jobId"] == HELLO_JOB
     assert status["state"] == "JOB_STATE_SUCCEEDED"
-    assert [task["task_id"] for task in status["tasks"]] == [f"{HELLO_JOB}/0"]
+    assert [task["taskId"] for task in status["tasks"]] == [f"{HELLO_JOB}/0"]
     assert status["tasks"][0]["state"] == "TASK_STATE_SUCCEEDED"
-    assert status["history"][-1]["to_state"] == "JOB_STATE_SUCCEEDED"
+    assert status["history"][-1]["toState"] == "JOB_STATE_SUCCEEDED"
 
 
 def test_job_status_id_without_slash_finds_job(
@@ -197,7 +197,7 @@ def test_job_status_id_without_slash_finds_job(
     result = iris_on(background_cluster, "job", "status", HELLO_JOB.lstrip("/"), "--json")
 
     assert result.returncode == 0, str(result)
-    assert json.loads(result.stdout)["job_id"] == HELLO_JOB
+    assert json.loads(result.stdout)["jobId"] == HELLO_JOB
 
 
 def test_job_status_unknown_id_one_line_error_exit_1(background_cluster: LocalClusterConfig) -> None:
@@ -322,7 +322,7 @@ def test_cluster_restart_new_controller_keeps_finished_jobs(
     assert not pid_alive(old_pid)
     listed = iris_on(background_cluster, "job", "list", "--json")
     assert listed.returncode == 0, str(listed)
-    assert HELLO_JOB in {job["job_id"] for job in json.loads(listed.stdout)}, str(listed)
+    assert HELLO_JOB in {job["jobId"] for job in json.loads(listed.stdout)}, str(listed)
 
 
 # ---------------------------------------------------------------- dashboard

@@ -30,7 +30,7 @@ def test_run_help_mentions_key_options(iris: IrisRunner) -> None:
         "--controller-url",
         "--local",
         "--no-wait",
-        "-e, --env KEY VALUE",
+        "-e, --env KEY=VALUE",
         "--cpu",
         "--memory",
     ):

@@ -764,7 +764,7 @@ def test_autoscaler_operator_terminate_slice_deletes_it_everywhere(tmp_path, clo
 
     assert env.slice_row(slice_id)["state"] == "DELETED"
     assert env.platform.live_resources() == []
-    assert env.worker_state(f"{slice_id}-0") == pb.WORKER_STATE_FAILED
+    assert env.worker_state(f"{slice_id}-0") == pb.WORKER_STATE_TERMINATED
     with pytest.raises(ResourceNotFoundError, match="not found"):
         env.autoscaler.terminate_slice("no-such-slice")
 

@@ -1525,3 +1525,33 @@ def test_store_schedule_child_submitted_while_parent_runs_goes_before_waiting_la
 
     assert cluster.task(f"{child}/0").state == pb.TASK_STATE_ASSIGNED
     assert cluster.task(f"{later}/0").state == pb.TASK_STATE_PENDING
+
+
+# ---------------------------------------------------------------- deleting a job
+
+
+def test_store_delete_finished_job_then_same_name_continues_attempt_ids(cluster):
+    worker, job_id = run_one(cluster)
+    worker.log("/train/0", 0, "old output")
+    worker.script("/train/0", state=pb.TASK_STATE_SUCCEEDED)
+    cluster.heartbeat(worker)
+    assert cluster.job(job_id).state == pb.JOB_STATE_SUCCEEDED
+
+    assert cluster.store.delete_job_tree(job_id) == [job_id]
+    assert not cluster.store.job_exists(job_id)
+    cluster.submit("train")
+    cluster.schedule()
+    round_ = cluster.heartbeat(worker)
+
+    # The worker still holds attempt 0 of the old job: the new job's first attempt must not reuse its key.
+    assert [(r.task_id, r.attempt_id) for r in round_.request.tasks_to_run] == [("/train/0", 1)]
+    assert "JOB_STATE_SUCCEEDED" not in [h.to_state for h in cluster.job(job_id).history]
+    assert log_data(cluster.store.read_logs(job_id, 0, 100)[0]) == []
+
+
+def test_store_delete_running_job_refused(cluster):
+    _, job_id = run_one(cluster)
+
+    with pytest.raises(JobExistsError, match="kill it before deleting it"):
+        cluster.store.delete_job_tree(job_id)
+    assert cluster.job(job_id).state == pb.JOB_STATE_RUNNING

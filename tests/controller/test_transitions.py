@@ -221,6 +221,15 @@ def test_derive_job_state_running_job_between_attempts_keeps_running():
     assert outcome.state == pb.JOB_STATE_RUNNING
 
 
+def test_derive_job_state_running_job_next_task_starting_keeps_running_without_loss_reason():
+    # Three tasks on room for two: the third starts after the first two finished. Nothing was lost.
+    outcome = derive_job_state(
+        pb.JOB_STATE_RUNNING, [pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_BUILDING], 0
+    )
+
+    assert outcome.state == pb.JOB_STATE_RUNNING
+
+
 def test_derive_job_state_running_job_whose_only_task_is_retrying_goes_pending():
     outcome = derive_job_state(pb.JOB_STATE_RUNNING, [pb.TASK_STATE_PENDING], 0)
     assert outcome.state == pb.JOB_STATE_PENDING

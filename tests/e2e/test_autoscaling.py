@@ -79,7 +79,7 @@ def test_job_scales_a_group_up_from_zero_runs_and_the_idle_slice_is_removed(tmp_
                 resources=ResourceSpec(cpu=1, memory="100MB"),
             )
             assert job.wait(timeout=60).state == pb.JOB_STATE_SUCCEEDED
-            (line,) = [line.line.data for line in job.logs()]
+            (line,) = [line.data for line in job.logs()]
             assert line.startswith("ran on iris-cpu-")
             wait_until(lambda: "scale_down" in _actions(client), 60, 0.1, "the idle slice to be removed")
             assert _actions(client)[:3] == ["scale_up", "ready", "scale_down"]
@@ -89,7 +89,7 @@ def test_job_scales_a_group_up_from_zero_runs_and_the_idle_slice_is_removed(tmp_
                 30, 0.1, "the slice to be deleted",
             )  # fmt: skip
             wait_until(
-                lambda: all(w.state == pb.WORKER_STATE_FAILED for w in client.list_workers()),
+                lambda: all(w.state == pb.WORKER_STATE_TERMINATED for w in client.list_workers()),
                 30, 0.1, "the removed slice's workers to be gone",
             )  # fmt: skip
     finally:

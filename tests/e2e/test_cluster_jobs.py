@@ -67,7 +67,7 @@ def test_command_job_sees_bundle_but_not_ignored_files(process_cluster, workspac
     with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
         job = client.submit(Entrypoint.from_command(sys.executable, "-c", script), name="reader")
         job.wait(timeout=60)
-        lines = [line.line.data for line in job.logs()]
+        lines = [line.data for line in job.logs()]
     assert "payload from the workspace" in lines
     assert "log bundled: False" in lines
 
@@ -82,7 +82,7 @@ def test_command_failure_reports_exit_code_and_stderr(process_cluster, workspace
         with pytest.raises(JobFailedError, match="exited with code 7"):
             job.wait(timeout=60)
         status = job.status(include_tasks=True)
-        sources = {(line.line.source, line.line.data) for line in job.logs()}
+        sources = {(line.source, line.data) for line in job.logs()}
     assert status.exit_code == 7
     assert status.tasks[0].exit_code == 7
     assert ("stdout", "to-stdout") in sources and ("stderr", "to-stderr") in sources
@@ -314,7 +314,7 @@ def test_replicas_get_their_task_index(process_cluster, workspace):
             resources=ResourceSpec(cpu=1, memory="100MB"),
         )
         job.wait(timeout=60)
-        lines = sorted(line.line.data for line in job.logs())
+        lines = sorted(line.data for line in job.logs())
     assert lines == ["index=0 of 3", "index=1 of 3", "index=2 of 3"]
 
 
@@ -340,7 +340,7 @@ def test_child_job_submitted_from_a_task_runs_with_the_parents_bundle(process_cl
             resources=ResourceSpec(cpu=1, memory="100MB"),
         )
         parent.wait(timeout=90)
-        assert [line.line.data for line in parent.logs()] == ["child /parent/child returned 15"]
+        assert [line.data for line in parent.logs()] == ["child /parent/child returned 15"]
         child = client.job("/parent/child").status()
         assert child.parent_job_id == "/parent"
         assert child.state == pb.JOB_STATE_SUCCEEDED

@@ -68,7 +68,7 @@ def test_tpu_gang_runs_one_task_per_host_of_one_slice(client):
     slice_names = {w.rsplit("-", 1)[0] for w in workers}
     assert len(slice_names) == 1, f"gang split across slices: {workers}"
     (slice_name,) = slice_names
-    lines = sorted(line.line.data for line in job.logs())
+    lines = sorted(line.data for line in job.logs())
     assert lines == [f"{i} {i} {slice_name} 4 tpu,cpu" for i in range(4)]
 
 
@@ -209,7 +209,7 @@ def test_task_serves_on_its_port_and_another_task_reaches_it_through_the_endpoin
     )
     try:
         caller.wait(timeout=90)
-        assert [line.line.data for line in caller.logs() if line.line.source == "stdout"] == [
+        assert [line.data for line in caller.logs() if line.source == "stdout"] == [
             "hello from /web-server/0"
         ]
         task = server.status(include_tasks=True).tasks[0]

@@ -18,7 +18,7 @@ import pytest
 from runtime_support import CreateContainer, is_alive, lines, poll_until, py, read_pid, write_pid_code
 
 from iris.cluster.runtime.process import ProcessRuntime
-from iris.cluster.runtime.types import ContainerConfig, managed_labels
+from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_process_remove_leftovers_fresh_runtime_kills_previous_process_and_retur
 WORKER_SCRIPT = """
 import pathlib, sys, time
 from iris.cluster.runtime.process import ProcessRuntime
-from iris.cluster.runtime.types import ContainerConfig, managed_labels
+from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 
 state_dir, workdir, code = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
 runtime = ProcessRuntime(state_dir)
@@ -209,3 +209,14 @@ def test_process_env_puts_worker_python_first_on_path(create_container: CreateCo
 
     [executable] = lines(handle, "stdout")
     assert os.path.dirname(executable) == os.path.dirname(sys.executable)
+
+
+def test_process_run_environment_name_with_equals_raises_instead_of_hanging(
+    create_container: CreateContainer,
+) -> None:
+    handle = create_container(py("print('never')"), env={"FOO=bar": "1"})
+    handle.build()
+
+    with pytest.raises(ContainerError, match="environment variable"):
+        handle.run()
+    assert handle.status().phase == ContainerPhase.EXITED

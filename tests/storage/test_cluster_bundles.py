@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -40,7 +39,7 @@ def test_cluster_job_reads_workspace_shipped_through_object_store(object_store_p
             wait_until(lambda: client.list_workers(), 30, 0.05, "the worker to register")
             job = client.submit(Entrypoint.from_command("cat", "message.txt"), name="reader")
             job.wait(timeout=60)
-            assert [line.line.data for line in job.logs()] == ["shipped through the object store"]
+            assert [line.data for line in job.logs()] == ["shipped through the object store"]
         bundles = [uri for uri in _list(object_store_prefix) if uri.endswith(".zip")]
         assert len(bundles) == 1
         assert storage.exists(bundles[0])

@@ -7,14 +7,18 @@ min_slices) and shows each step until the workers are up.
 
 from __future__ import annotations
 
+import json
 import signal
+import sys
 import threading
+import time
 import webbrowser
 from pathlib import Path
 
 import click
 
-from iris.cli.render import age, console, jobs_table, print_json, workers_table
+from iris.cli.connect import remembered_connection
+from iris.cli.render import age, console, jobs_table, message_dict, print_json, recent_workers, workers_table
 from iris.client.client import IrisClient, IrisError
 from iris.cluster.controller.lifecycle import (
     URL_FILE,
@@ -26,8 +30,10 @@ from iris.cluster.controller.lifecycle import (
     start_controller,
     stop_all,
 )
+from iris.cluster.http_server import PortInUseError
 from iris.cluster.local_cluster import LocalCluster
 from iris.cluster.platform.factory import create_platform
+from iris.cluster.types import UNFINISHED_JOB_STATES, job_state_name
 from iris.config import load_and_validate
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
@@ -37,7 +43,7 @@ START_TIMEOUT_S = 120.0
 
 
 def _load(ctx: click.Context) -> tuple[config_pb2.IrisClusterConfig, str]:
-    config_path = ctx.obj.get("config_path") if ctx.obj else None
+    config_path = remembered_connection().get("config_path")
     if not config_path:
         raise click.UsageError("give the cluster config: iris cluster --config CLUSTER.yaml ...")
     return load_and_validate(config_path), config_path
@@ -59,12 +65,12 @@ def _client(ctx: click.Context) -> tuple[IrisClient, config_pb2.IrisClusterConfi
 
 
 @click.group()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True), help="Cluster config YAML.")
-@click.pass_context
-def cluster(ctx: click.Context, config_path: str | None) -> None:
-    """Start, stop and inspect a cluster described by a config file."""
-    ctx.ensure_object(dict)
-    ctx.obj["config_path"] = config_path
+def cluster() -> None:
+    """Start, stop and inspect a cluster described by a config file.
+
+    --config goes before or after the subcommand: `iris cluster --config F status` and
+    `iris cluster status --config F` are the same.
+    """
 
 
 def _wait_for_min_slices(client: IrisClient, config: config_pb2.IrisClusterConfig) -> int:
@@ -114,13 +120,45 @@ def _report_running(config: config_pb2.IrisClusterConfig, config_path: str, info
     click.echo(f"  try: iris run --config {config_path} -- python -c \"print('hello from iris')\"")
 
 
+def _unfinished_jobs(platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus]:
+    try:
+        url = connect_cluster(platform, config)
+    except ClusterNotRunningError:
+        return []
+    with IrisClient.remote(url) as client:
+        try:
+            return client.list_jobs(states=UNFINISHED_JOB_STATES)
+        except IrisError:
+            return []  # a controller that does not answer cannot say; stopping it is what the user asked
+
+
 @cluster.command()
+@click.option("-y", "--yes", is_flag=True, help="Stop even though jobs are still running, without asking.")
 @click.pass_context
-def stop(ctx: click.Context) -> None:
-    """Stop the controller and terminate every slice of the cluster."""
+def stop(ctx: click.Context, yes: bool) -> None:
+    """Stop the controller and terminate every slice of the cluster.
+
+    Jobs still running are listed first: they are lost with their workers and start over when
+    the cluster is started again, so stop asks (or needs --yes).
+    """
     config, config_path = _load(ctx)
+    platform = _platform(config, config_path)
+    unfinished = _unfinished_jobs(platform, config)
+    if unfinished and not yes:
+        click.echo(f"{len(unfinished)} job(s) have not finished:", err=True)
+        for job in unfinished[:20]:
+            click.echo(f"  {job.job_id}  {job_state_name(job.state)}", err=True)
+        click.echo(
+            "stopping the cluster ends their tasks; they start over when the cluster starts again "
+            f"(kill them first to drop them: iris job kill --config {config_path} JOB)",
+            err=True,
+        )
+        if not sys.stdin.isatty():
+            raise click.ClickException("not stopping: pass --yes to stop anyway")
+        if not click.confirm("stop the cluster anyway?", err=True):
+            raise click.ClickException("not stopping")
     with console.status(f"stopping cluster '{config.name}'"):
-        stopped, slices = stop_all(_platform(config, config_path), config)
+        stopped, slices = stop_all(platform, config)
     if not stopped and not slices:
         click.echo(f"cluster '{config.name}' was not running")
         return
@@ -140,8 +178,10 @@ def restart(ctx: click.Context) -> None:
 
 
 @cluster.command()
+@click.option("--all", "show_all", is_flag=True, help="Also workers that stopped, failed or were terminated long ago.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
-def status(ctx: click.Context) -> None:
+def status(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     """Show the controller, its scale groups and slices, its workers and recent jobs."""
     config, config_path = _load(ctx)
     platform = _platform(config, config_path)
@@ -159,12 +199,30 @@ def status(ctx: click.Context) -> None:
             raise click.ClickException(f"cluster '{config.name}' does not answer: {exc}") from None
     pid_file = local_state_dir(config) / "cluster.pid"
     pid = pid_file.read_text().strip() if pid_file.exists() else "?"
+    shown = workers if show_all else recent_workers(workers, time.time() * 1000)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "cluster": config.name,
+                    "controllerUrl": url,
+                    "pid": pid,
+                    "workers": [message_dict(w) for w in shown],
+                    "autoscaler": message_dict(autoscaler),
+                    "jobs": [message_dict(j) for j in jobs],
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return
     console.print(f"[bold]cluster[/bold] {config.name}  controller {url}  pid {pid}")
     if autoscaler.enabled:
         _print_groups(autoscaler)
         _print_actions(autoscaler, limit=8)
-    console.print(f"[bold]workers[/bold] ({len(workers)})")
-    console.print(workers_table(workers))
+    hidden = len(workers) - len(shown)
+    console.print(f"[bold]workers[/bold] ({len(shown)})" + (f", {hidden} gone long ago hidden (--all shows them)" if hidden else ""))
+    console.print(workers_table(shown))
     console.print(f"[bold]recent jobs[/bold] ({len(jobs)})")
     if jobs:
         console.print(jobs_table(jobs[:20]))
@@ -232,6 +290,13 @@ def run_local(ctx: click.Context, port: int | None) -> None:
     if config.platform.WhichOneof("platform") != "local":
         raise click.ClickException(f"{config_path}: run-local needs a local platform config")
     state_dir = local_state_dir(config)
+    running_url = _platform(config, config_path).discover_controller(config)
+    if running_url:
+        # A second controller on the same state would corrupt it and take the first one's URL file.
+        raise click.ClickException(
+            f"cluster '{config.name}' is already running at {running_url} on {state_dir}; "
+            f"stop it first: iris cluster --config {config_path} stop"
+        )
     configured_port = config.controller.local.port if config.controller.HasField("local") else 0
     # Without scale groups a local cluster still gets one plain worker, so it can run jobs.
     local = LocalCluster(
@@ -250,7 +315,14 @@ def run_local(ctx: click.Context, port: int | None) -> None:
 
     signal.signal(signal.SIGINT, on_interrupt)
     try:
-        local.start(progress=lambda message: click.echo(f"iris: {message}", err=True), timeout=START_TIMEOUT_S)
+        try:
+            local.start(progress=lambda message: click.echo(f"iris: {message}", err=True), timeout=START_TIMEOUT_S)
+        except PortInUseError as exc:
+            raise click.ClickException(
+                f"{exc}: another Iris cluster or program holds the port; stop it, or set controller.local.port "
+                f"in {config_path} to a free port (0 picks one at random, but then the address changes on "
+                "every start)"
+            ) from None
         (state_dir / URL_FILE).write_text(local.url)
         click.echo(f"iris: cluster '{config.name}' ready at {local.url}; Ctrl-C to stop", err=True)
         stop_requested.wait()

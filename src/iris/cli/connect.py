@@ -1,4 +1,8 @@
-"""How a CLI command finds the controller: --controller-url, --config, or IRIS_CONTROLLER_URL."""
+"""How a CLI command finds the controller: --controller-url, --config, or IRIS_CONTROLLER_URL.
+
+`--config` and `--controller-url` are accepted at every level (`iris --config F job list`,
+`iris job --config F list`, `iris job list --config F`); the one closest to the command wins.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.config import load_and_validate
 from iris.rpc import config_pb2
+
+CONFIG_HELP = "Cluster config YAML."
+CONTROLLER_URL_HELP = "Controller URL, e.g. http://localhost:10000 (or IRIS_CONTROLLER_URL)."
 
 
 def controller_url_from_config(config: config_pb2.IrisClusterConfig, config_path: str) -> str:
@@ -44,14 +51,70 @@ def resolve_controller_url(config_path: str | None, controller_url: str | None) 
     )
 
 
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value:
+            ctx.find_root().ensure_object(dict)[key] = value
+        return value
+
+    return callback
+
+
+def remembered_connection() -> dict[str, str]:
+    return click.get_current_context().find_root().obj or {}
+
+
+def config_option() -> click.Option:
+    """A --config that any command of a tree can take, remembered for the whole command line."""
+    return click.Option(
+        ["--config"],
+        type=click.Path(dir_okay=False, exists=True),
+        callback=_remember("config_path"),
+        expose_value=False,
+        help=CONFIG_HELP,
+    )
+
+
+def add_option_everywhere(command: click.Command, make_option: Callable[[], click.Option]) -> None:
+    """Give a command and all its subcommands the option, unless one already has an option of that name."""
+    option = make_option()
+    if not any(set(option.opts) & set(getattr(param, "opts", ())) for param in command.params):
+        command.params.append(option)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_option_everywhere(sub, make_option)
+
+
+def global_connection_options(func: Callable) -> Callable:
+    """--config and --controller-url on a group: remembered for the subcommands that connect."""
+    func = click.option(
+        "--controller-url", callback=_remember("controller_url"), expose_value=False, help=CONTROLLER_URL_HELP
+    )(func)
+    return click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        callback=_remember("config_path"),
+        expose_value=False,
+        help=CONFIG_HELP,
+    )(func)
+
+
+def connection_from_context(config_path: str | None, controller_url: str | None) -> tuple[str | None, str | None]:
+    """The command's own options, else those given before it (`iris --config F job list`)."""
+    remembered = remembered_connection()
+    if config_path or controller_url:
+        return config_path, controller_url
+    return remembered.get("config_path"), remembered.get("controller_url")
+
+
 def connection_options(func: Callable) -> Callable:
     """Adds --config and --controller-url and passes a ready `client` to the command."""
 
-    @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Cluster config YAML.")
-    @click.option("--controller-url", help="Controller URL, e.g. http://localhost:10000 (or IRIS_CONTROLLER_URL).")
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False), help=CONFIG_HELP)
+    @click.option("--controller-url", help=CONTROLLER_URL_HELP)
     @functools.wraps(func)
     def wrapper(*args, config_path: str | None, controller_url: str | None, **kwargs):
-        client = IrisClient.remote(resolve_controller_url(config_path, controller_url))
+        client = IrisClient.remote(resolve_controller_url(*connection_from_context(config_path, controller_url)))
         try:
             return func(*args, client=client, **kwargs)
         finally:

@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
+import os
 import runpy
+import shlex
+import signal
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import click
 
-from iris.cli.connect import connection_options, resolve_controller_url
-from iris.cli.render import console, jobs_table, print_json, short_state, styled_state, tasks_table
-from iris.client.client import IrisClient, Job
+from iris.cli.connect import (
+    connection_from_context,
+    connection_options,
+    global_connection_options,
+    resolve_controller_url,
+)
+from iris.cli.progress import WaitingLine
+from iris.cli.render import (
+    clock_time,
+    console,
+    jobs_table,
+    print_json,
+    short_state,
+    styled_state,
+    tasks_table,
+)
+from iris.client.client import IrisClient, Job, JobTimeoutError, LogPrinter
 from iris.cluster.types import (
+    EXISTING_JOB_POLICIES,
     Constraint,
     Entrypoint,
     EnvironmentSpec,
     ResourceSpec,
+    check_env_vars,
     job_state_name,
     parse_gpu_spec,
     parse_job_state,
@@ -28,12 +48,28 @@ from iris.rpc import cluster_pb2 as pb
 from iris.time import Duration
 
 
-def _exit_code_for(status: pb.JobStatus) -> int:
+def exit_code_for(status: pb.JobStatus) -> int:
     if status.state == pb.JOB_STATE_SUCCEEDED:
         return 0
     if status.state == pb.JOB_STATE_FAILED and status.exit_code > 0:
         return min(status.exit_code, 255)
     return 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C so that a `--local` cluster never outlives the command."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def _interrupt_exit_code(exc: KeyboardInterrupt) -> int:
+    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
 
 
 def _open_client(stack: ExitStack, local: bool, config_path: str | None, controller_url: str | None) -> IrisClient:
@@ -49,27 +85,47 @@ def _open_client(stack: ExitStack, local: bool, config_path: str | None, control
     return stack.enter_context(IrisClient.remote(resolve_controller_url(config_path, controller_url)))
 
 
-def _follow(job: Job, local: bool) -> int:
+def connection_hint(config_path: str | None, controller_url: str | None, client: IrisClient) -> str:
+    """The options that reach this cluster again, for hints a user can paste."""
+    if config_path:
+        return f"--config {shlex.quote(config_path)}"
+    if controller_url or not os.environ.get("IRIS_CONTROLLER_URL"):
+        return f"--controller-url {client.url}"
+    return ""
+
+
+def follow_job(job: Job) -> pb.JobStatus:
+    """Stream the job's output, with a status line on stderr while it waits; its final status."""
+    waiting = WaitingLine(job.client, sys.stderr)
+    printer = LogPrinter(job.status().num_tasks > 1, sys.stdout, sys.stderr)
+    try:
+        for line in job.follow_logs(on_status=waiting.update):
+            waiting.clear()
+            printer.write(line)
+    finally:
+        waiting.clear()
+    return job.wait(raise_on_failure=False)
+
+
+def _follow(job: Job, local: bool, hint: str) -> int:
     click.secho(f"iris: submitted {job.job_id}", err=True, dim=True)
     try:
-        status = job.wait(stream_logs=True, raise_on_failure=False)
-    except KeyboardInterrupt:
+        status = follow_job(job)
+    except KeyboardInterrupt as exc:
         if local:
             click.secho(f"iris: interrupted; killing {job.job_id}", err=True)
             job.terminate("interrupted by the user")
         else:
-            click.secho(
-                f"iris: stopped following {job.job_id}; it keeps running (iris job kill {job.job_id} to stop it)",
-                err=True,
-            )
-        return 130
+            kill = " ".join(filter(None, ["iris job kill", hint, job.job_id]))
+            click.secho(f"iris: stopped following {job.job_id}; it keeps running (to stop it: {kill})", err=True)
+        return _interrupt_exit_code(exc)
     if status.state != pb.JOB_STATE_SUCCEEDED:
         click.secho(
             f"iris: job {job.job_id} {job_state_name(status.state)}" + (f": {status.error}" if status.error else ""),
             err=True,
             fg="red",
         )
-    return _exit_code_for(status)
+    return exit_code_for(status)
 
 
 _common_submit_options = [
@@ -77,7 +133,15 @@ _common_submit_options = [
     click.option("--controller-url", help="Controller URL (or IRIS_CONTROLLER_URL)."),
     click.option("--local", is_flag=True, help="Start a throwaway local cluster for this job."),
     click.option("--name", help="Job name (default: generated)."),
-    click.option("-e", "--env", "env_pairs", nargs=2, multiple=True, metavar="KEY VALUE", help="Environment variable."),
+    click.option(
+        "-e",
+        "--env",
+        "env_pairs",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=lambda ctx, param, values: parse_env_options(values),
+        help="Environment variable for the job; a bare KEY passes this shell's value. Repeatable.",
+    ),
     click.option("--cpu", type=float, default=1, show_default=True, help="Cpus per task."),
     click.option("--memory", default="1GB", show_default=True, help="Memory per task, e.g. 4GB."),
     click.option("--disk", default="0", help="Disk per task, e.g. 10GB."),
@@ -97,7 +161,33 @@ _common_submit_options = [
     click.option("--port", "ports", multiple=True, help="Named port to allocate (IRIS_PORT_<NAME>); repeatable."),
     click.option("--workspace", type=click.Path(file_okay=False, exists=True), help="Directory to bundle (default: cwd)."),
     click.option("--no-wait", is_flag=True, help="Submit and print the job id without waiting."),
+    click.option(
+        "--if-exists",
+        "existing_job_policy",
+        type=click.Choice(list(EXISTING_JOB_POLICIES)),
+        default="replace-finished",
+        show_default=True,
+        help="When the name is taken: replace a finished job, refuse (error), follow the running one (keep), "
+        "or kill and replace it (recreate).",
+    ),
 ]
+
+
+def parse_env_options(values: tuple[str, ...]) -> dict[str, str]:
+    """`-e KEY=VALUE` as in Docker; `-e KEY` takes KEY's value from the submitting shell."""
+    env: dict[str, str] = {}
+    for text in values:
+        name, has_value, value = text.partition("=")
+        if not has_value:
+            if name not in os.environ:
+                raise click.BadParameter(f"{name} is not set here; write -e {name}=VALUE", param_hint="-e/--env")
+            value = os.environ[name]
+        env[name] = value
+    try:
+        check_env_vars(env)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="-e/--env") from None
+    return env
 
 
 def submit_options(func):
@@ -136,7 +226,7 @@ def _submit(client: IrisClient, entrypoint: Entrypoint, default_name: str | None
         entrypoint,
         name=options["name"] or default_name,
         resources=resources,
-        environment=EnvironmentSpec(env_vars=dict(options["env_pairs"])),
+        environment=EnvironmentSpec(env_vars=options["env_pairs"]),
         replicas=options["replicas"],
         max_retries_failure=options["max_retries"],
         timeout=_duration(options["timeout"], "--timeout"),
@@ -145,6 +235,7 @@ def _submit(client: IrisClient, entrypoint: Entrypoint, default_name: str | None
         priority=priority,
         ports=options["ports"],
         workspace=Path(workspace) if workspace else Path.cwd(),
+        existing_job_policy=options["existing_job_policy"],
     )
 
 
@@ -164,14 +255,33 @@ def run(command: tuple[str, ...], **options) -> None:
     local = options["local"]
     if options["no_wait"] and local:
         raise click.UsageError("--no-wait with --local would stop the cluster before the job runs")
-    with ExitStack() as stack:
-        client = _open_client(stack, local, options["config_path"], options["controller_url"])
-        job = _submit(client, Entrypoint.from_command(*command), None, options)
-        if options["no_wait"]:
-            click.echo(job.job_id)
-            return
-        code = _follow(job, local)
-    sys.exit(code)
+    sys.exit(_run_job(lambda: Entrypoint.from_command(*command), None, options, print_result=False))
+
+
+def _run_job(make_entrypoint, default_name: str | None, options: dict, print_result: bool) -> int:
+    """Submit and follow; Ctrl-C, SIGTERM and SIGHUP end it cleanly at any point."""
+    local = options["local"]
+    config_path, controller_url = connection_from_context(options["config_path"], options["controller_url"])
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with ExitStack() as stack:
+            client = _open_client(stack, local, config_path, controller_url)
+            job = _submit(client, make_entrypoint(), default_name, options)
+            if options["no_wait"]:
+                click.echo(job.job_id)
+                return 0
+            code = _follow(job, local, "" if local else connection_hint(config_path, controller_url, client))
+            if code == 0 and print_result:
+                value = job.result()
+                if value is not None:
+                    click.echo(repr(value))
+            return code
+    except KeyboardInterrupt as exc:
+        click.secho("iris: interrupted", err=True)
+        return _interrupt_exit_code(exc)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @click.command()
@@ -188,25 +298,15 @@ def submit(script: str, args: tuple[str, ...], **options) -> None:
     main_fn = namespace.get("main")
     if not callable(main_fn):
         raise click.ClickException(f"{script} does not define a main() function")
-    local = options["local"]
-    if options["no_wait"] and local:
+    if options["no_wait"] and options["local"]:
         raise click.UsageError("--no-wait with --local would stop the cluster before the job runs")
     options["workspace"] = options["workspace"] or str(Path(script).resolve().parent)
-    with ExitStack() as stack:
-        client = _open_client(stack, local, options["config_path"], options["controller_url"])
-        job = _submit(client, Entrypoint.from_callable(main_fn, *args), Path(script).stem.replace("_", "-"), options)
-        if options["no_wait"]:
-            click.echo(job.job_id)
-            return
-        code = _follow(job, local)
-        if code == 0:
-            value = job.result()
-            if value is not None:
-                click.echo(repr(value))
-    sys.exit(code)
+    default_name = Path(script).stem.replace("_", "-")
+    sys.exit(_run_job(lambda: Entrypoint.from_callable(main_fn, *args), default_name, options, print_result=True))
 
 
 @click.group()
+@global_connection_options
 def job() -> None:
     """Inspect and control jobs."""
 
@@ -215,14 +315,15 @@ def job() -> None:
 @connection_options
 @click.option("--state", "states", multiple=True, help="Only jobs in this state (pending, running, ...); repeatable.")
 @click.option("--prefix", default="", help="Only jobs whose id starts with this, e.g. /train.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many jobs (the newest).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def list_jobs(client: IrisClient, states: tuple[str, ...], prefix: str, as_json: bool) -> None:
+def list_jobs(client: IrisClient, states: tuple[str, ...], prefix: str, limit: int | None, as_json: bool) -> None:
     """List jobs, newest first."""
     try:
         state_values = [parse_job_state(s) for s in states]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--state") from None
-    jobs = client.list_jobs(states=state_values, prefix=prefix)
+    jobs = client.list_jobs(states=state_values, prefix=prefix, limit=limit)
     if as_json:
         print_json(jobs)
     elif not jobs:
@@ -252,25 +353,69 @@ def job_status(client: IrisClient, job_id: str, as_json: bool) -> None:
     if status.history:
         console.print("[bold]history[/bold]")
         for event in status.history:
-            console.print(f"  {short_state(event.from_state)} -> {short_state(event.to_state)}: {event.reason}")
+            console.print(
+                f"  {clock_time(event.at)}  {short_state(event.from_state)} -> {short_state(event.to_state)}: {event.reason}"
+            )
+
+
+def _duration_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Duration | None:
+    return _duration(value, f"--{param.name}")
 
 
 @job.command("logs")
 @connection_options
 @click.argument("job_id")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job finishes.")
-def job_logs(client: IrisClient, job_id: str, follow: bool) -> None:
-    """Print a job's logs (every task), or one task's with JOB_ID/INDEX."""
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job finishes; exit with its status.")
+@click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines (then follow, with -f).")
+@click.option("--since", callback=_duration_option, help="Only lines from the last DURATION, e.g. 30s, 10m, 2h.")
+@click.option("--timestamps", is_flag=True, help="Prefix each line with when it was written (UTC).")
+def job_logs(
+    client: IrisClient, job_id: str, follow: bool, tail: int | None, since: Duration | None, timestamps: bool
+) -> None:
+    """Print a job's logs (every task), or one task's with JOB_ID/INDEX.
+
+    A line such as `----- /job/0: attempt 1 -----` (on stderr) marks where a retried task starts again.
+    """
     target = "/" + job_id.strip("/")
-    is_task = target.rsplit("/", 1)[-1].isdigit()
     handle = Job(client, target)
-    multi = not is_task and handle.status().num_tasks > 1
-    lines = handle.follow_logs() if follow else handle.logs()
-    for line in lines:
-        prefix = f"[{line.task_id.rsplit('/', 1)[-1]}] " if multi else ""
-        stream = sys.stderr if line.line.source == "stderr" else sys.stdout
-        stream.write(f"{prefix}{line.line.data}\n")
-        stream.flush()
+    multi = not target.rsplit("/", 1)[-1].isdigit() and handle.status().num_tasks > 1
+    printer = LogPrinter(multi, sys.stdout, sys.stderr, timestamps)
+    written = handle.logs()
+    shown = written
+    if since is not None:
+        cutoff_ms = time.time() * 1000 - since.milliseconds
+        shown = [line for line in shown if line.timestamp_ms >= cutoff_ms]
+    if tail is not None:
+        shown = shown[len(shown) - tail :] if tail else []
+    for line in shown:
+        printer.write(line)
+    if not follow:
+        return
+    for line in handle.follow_logs(cursor=written[-1].cursor if written else 0):
+        printer.write(line)
+    sys.exit(exit_code_for(handle.wait(raise_on_failure=False)))
+
+
+@job.command("wait")
+@connection_options
+@click.argument("job_id")
+@click.option("--timeout", "timeout_text", help="Give up (exit 124) after this long, e.g. 30m.")
+def job_wait(client: IrisClient, job_id: str, timeout_text: str | None) -> None:
+    """Wait for a job to finish and exit with its status (0 when it succeeded)."""
+    timeout = _duration(timeout_text, "--timeout")
+    handle = client.job(job_id)
+    waiting = WaitingLine(client, sys.stderr)
+    try:
+        status = handle.wait(
+            timeout=timeout.seconds if timeout else None, raise_on_failure=False, on_status=waiting.update
+        )
+    except JobTimeoutError as exc:
+        waiting.clear()
+        click.echo(f"iris: {exc}", err=True)
+        sys.exit(124)
+    waiting.clear()
+    click.echo(f"{status.job_id} {job_state_name(status.state)}" + (f": {status.error}" if status.error else ""))
+    sys.exit(exit_code_for(status))
 
 
 @job.command("kill")
@@ -285,3 +430,13 @@ def job_kill(client: IrisClient, job_id: str) -> None:
         status = client.job(job_id).status()
         click.echo(f"{status.job_id} had already finished ({job_state_name(status.state)})")
 
+
+@job.command("delete")
+@connection_options
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--kill", "kill_running", is_flag=True, help="Kill a job that is still running instead of refusing.")
+def job_delete(client: IrisClient, job_ids: tuple[str, ...], kill_running: bool) -> None:
+    """Forget finished jobs (and their children), freeing their names."""
+    for job_id in job_ids:
+        deleted = client.job(job_id).delete(kill_running=kill_running)
+        click.echo("deleted " + ", ".join(deleted))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import click
@@ -16,7 +17,9 @@ from iris.config import format_size
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 
-console = Console(highlight=False, soft_wrap=True)
+# Piped output is never wrapped or folded: `iris job list | grep` must see whole rows.
+PIPE_WIDTH = 10_000
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPE_WIDTH)
 
 _STATE_STYLE = {
     "succeeded": "green",
@@ -28,6 +31,10 @@ _STATE_STYLE = {
     "worker_failed": "red",
     "unschedulable": "red",
     "killed": "magenta",
+    "healthy": "green",
+    "unhealthy": "yellow",
+    "terminated": "dim",
+    "stopped": "dim",
 }
 
 
@@ -54,6 +61,15 @@ def age(ts: time_pb2.Timestamp) -> str:
     return f"{seconds / 86400:.1f}d ago"
 
 
+def clock_time(ts: time_pb2.Timestamp) -> str:
+    """Local wall-clock time of an event, with the date when it is not today."""
+    if not ts.epoch_ms:
+        return "-"
+    moment = time.localtime(ts.epoch_ms / 1000)
+    same_day = time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d")
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", moment)
+
+
 def duration_between(start: time_pb2.Timestamp, end: time_pb2.Timestamp) -> str:
     if not start.epoch_ms:
         return "-"
@@ -62,12 +78,28 @@ def duration_between(start: time_pb2.Timestamp, end: time_pb2.Timestamp) -> str:
     return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}m"
 
 
-def print_json(messages: Message | list[Message]) -> None:
-    def as_dict(message: Message) -> dict:
-        return json_format.MessageToDict(message, preserving_proto_field_name=True)
+def message_dict(message: Message) -> dict:
+    """camelCase keys, as the controller's JSON API answers, so one parser reads both."""
+    return json_format.MessageToDict(message)
 
-    data = [as_dict(m) for m in messages] if isinstance(messages, list) else as_dict(messages)
+
+def print_json(messages: Message | list[Message]) -> None:
+    data = [message_dict(m) for m in messages] if isinstance(messages, list) else message_dict(messages)
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+# Workers that left (terminated, failed, stopped) stay listed this long, then only with --all.
+GONE_WORKER_SHOWN_MS = 10 * 60 * 1000
+LIVE_WORKER_STATES = (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY)
+
+
+def recent_workers(workers: list[pb.WorkerInfo], now_ms: float) -> list[pb.WorkerInfo]:
+    """Live workers, and those gone within GONE_WORKER_SHOWN_MS (by their last heartbeat)."""
+    return [
+        w
+        for w in workers
+        if w.state in LIVE_WORKER_STATES or now_ms - w.last_heartbeat.epoch_ms < GONE_WORKER_SHOWN_MS
+    ]
 
 
 def task_summary(job: pb.JobStatus) -> str:
@@ -119,7 +151,7 @@ def workers_table(workers: list[pb.WorkerInfo]) -> Table:
         memory = f"{format_size(worker.committed.memory_bytes)}/{format_size(meta.memory_bytes)}"
         table.add_row(
             worker.worker_id,
-            pb.WorkerState.Name(worker.state).removeprefix("WORKER_STATE_").lower(),
+            styled_state(pb.WorkerState.Name(worker.state).removeprefix("WORKER_STATE_").lower()),
             worker.address,
             cpu,
             memory,

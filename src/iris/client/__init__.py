@@ -2,6 +2,7 @@
 
 from iris.client.client import (
     ControllerUnavailableError,
+    InvalidRequestError,
     IrisClient,
     IrisContext,
     IrisError,
@@ -9,17 +10,22 @@ from iris.client.client import (
     JobFailedError,
     JobNotFoundError,
     JobTimeoutError,
+    LogEntry,
     iris_ctx,
 )
+from iris.cluster.types import JobState
 
 __all__ = [
     "ControllerUnavailableError",
+    "InvalidRequestError",
     "IrisClient",
     "IrisContext",
     "IrisError",
     "Job",
     "JobFailedError",
     "JobNotFoundError",
+    "JobState",
     "JobTimeoutError",
+    "LogEntry",
     "iris_ctx",
 ]

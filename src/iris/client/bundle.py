@@ -182,7 +182,8 @@ def _too_large_message(workspace: Path, files: list[_WorkspaceFile], total: int,
     lines += [f"  {name:<{width}}  {_format_size(size)}" for name, size in largest]
     lines.append(
         f"Add what the job does not need to {workspace / '.gitignore'} (for example {largest[0][0]!r}), "
-        "or raise the bundle size limit."
+        "or bundle a smaller directory (iris run --workspace DIR, or workspace= in the Python API); large "
+        "data belongs in storage the job reads at run time."
     )
     return "\n".join(lines)
 

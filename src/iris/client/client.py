@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -29,9 +30,12 @@ from iris.cluster.types import (
     CoschedulingConfig,
     Entrypoint,
     EnvironmentSpec,
+    JobState,
     ResourceSpec,
+    check_launch_strings,
     job_state_name,
     normalize_job_id,
+    parse_existing_job_policy,
     parse_priority,
 )
 from iris.rpc import cluster_pb2 as pb
@@ -45,6 +49,11 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 DEFAULT_RPC_TIMEOUT_MS = 60_000
+# How long a client following a job keeps trying to reach a restarting controller.
+DEFAULT_RECONNECT_TIMEOUT_S = 120.0
+RECONNECT_MAX_DELAY_S = 5.0
+# While a job waits, how often `wait`/`follow_logs` report its status to an `on_status` callback.
+STATUS_INTERVAL_S = 1.0
 
 
 class IrisError(RuntimeError):
@@ -87,6 +96,34 @@ def _translate(exc: ConnectError, url: str) -> IrisError:
     if exc.code in (Code.INVALID_ARGUMENT, Code.ALREADY_EXISTS, Code.FAILED_PRECONDITION):
         return InvalidRequestError(exc.message)
     return IrisError(f"controller error ({exc.code.name.lower()}): {exc.message}")
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One line a task wrote: `source` is "stdout", "stderr" or "build" (setup before it ran)."""
+
+    task_id: str
+    attempt_id: int
+    timestamp_ms: int
+    source: str
+    data: str
+    cursor: int
+
+    @classmethod
+    def from_proto(cls, line: pb.TaskLogLine) -> LogEntry:
+        return cls(line.task_id, line.attempt_id, line.line.timestamp_ms, line.line.source, line.line.data, line.cursor)
+
+    @property
+    def task_index(self) -> int:
+        return int(self.task_id.rsplit("/", 1)[-1])
+
+    @property
+    def timestamp(self) -> datetime:
+        return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=timezone.utc)
+
+
+def _print_notice(message: str) -> None:
+    print(f"iris: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -136,10 +173,23 @@ def iris_ctx() -> IrisContext:
 
 
 class IrisClient:
-    def __init__(self, url: str, workspace: Path | None = None, max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES):
+    """`reconnect_timeout` bounds how long following a job (`Job.wait`, `Job.follow_logs`) keeps
+    retrying a controller that went away, e.g. while it restarts; `notice` hears about it (stderr
+    by default)."""
+
+    def __init__(
+        self,
+        url: str,
+        workspace: Path | None = None,
+        max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S,
+        notice: Callable[[str], None] = _print_notice,
+    ):
         self.url = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
         self.workspace = workspace
         self.max_bundle_bytes = max_bundle_bytes
+        self.reconnect_timeout = reconnect_timeout
+        self.notice = notice
         self._rpc = ControllerServiceClientSync(self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS)
         self._on_close: list[Callable[[], None]] = []
 
@@ -185,6 +235,29 @@ class IrisClient:
         except ConnectError as exc:
             raise _translate(exc, self.url) from None
 
+    def call_riding_out_restarts(self, method: str, request: Any) -> Any:
+        """`call`, retrying with backoff for up to `reconnect_timeout` while the controller is unreachable."""
+        deadline: float | None = None
+        delay = 0.2
+        while True:
+            try:
+                response = self.call(method, request)
+            except ControllerUnavailableError as exc:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.reconnect_timeout
+                    self.notice(f"{exc}; retrying for up to {self.reconnect_timeout:.0f}s")
+                if now >= deadline:
+                    raise ControllerUnavailableError(
+                        f"{exc}; gave up after {self.reconnect_timeout:.0f}s of retrying"
+                    ) from None
+                time.sleep(min(delay, max(0.0, deadline - now)))
+                delay = min(delay * 2, RECONNECT_MAX_DELAY_S)
+                continue
+            if deadline is not None:
+                self.notice(f"reconnected to the controller at {self.url}")
+            return response
+
     # ------------------------------------------------------------ jobs
 
     def submit(
@@ -204,8 +277,13 @@ class IrisClient:
         coscheduling: CoschedulingConfig | None = None,
         scheduling_timeout: float | Duration | None = None,
         max_task_failures: int = 0,
+        existing_job_policy: str | int | None = None,
     ) -> Job:
         """Submit a job; see `Job` for following it.
+
+        A job whose name is taken by a finished job replaces it; one still running is an error
+        unless `existing_job_policy` is "keep" (return the running job) or "recreate" (kill and
+        replace it); "error" refuses any existing job.
 
         `timeout` bounds each task's run time and `scheduling_timeout` how long it may wait to be
         placed (the job becomes UNSCHEDULABLE). A TPU device of a multi-host variant sets replicas
@@ -222,7 +300,9 @@ class IrisClient:
             ports=list(ports),
             priority=parse_priority(priority),
             constraints=[c.to_proto() for c in constraints],
+            existing_job_policy=parse_existing_job_policy(existing_job_policy),
         )
+        check_launch_strings(request)
         if coscheduling is not None:
             request.coscheduling.CopyFrom(coscheduling.to_proto())
         if max_retries_preemption is not None:
@@ -247,18 +327,28 @@ class IrisClient:
     def job(self, job_id: str) -> Job:
         return Job(self, normalize_job_id(job_id))
 
-    def list_jobs(self, states: Sequence[int] = (), prefix: str = "", page_size: int = 500) -> list[pb.JobStatus]:
+    def list_jobs(
+        self,
+        states: Sequence[int | str] = (),
+        prefix: str = "",
+        page_size: int = 500,
+        limit: int | None = None,
+    ) -> list[pb.JobStatus]:
+        """Jobs, newest first; `states` takes JobState values or names such as "running"."""
         jobs: list[pb.JobStatus] = []
         token = ""
-        while True:
+        state_values = [JobState.of(state) for state in states]
+        while limit is None or len(jobs) < limit:
+            size = page_size if limit is None else min(page_size, limit - len(jobs))
             response = self.call(
                 "list_jobs",
-                pb.ListJobsRequest(states=list(states), name_prefix=prefix, page_size=page_size, page_token=token),
+                pb.ListJobsRequest(states=state_values, name_prefix=prefix, page_size=size, page_token=token),
             )
             jobs.extend(response.jobs)
             token = response.next_page_token
             if not token:
-                return jobs
+                break
+        return jobs
 
     def list_workers(self) -> list[pb.WorkerInfo]:
         return list(self.call("list_workers", pb.ListWorkersRequest()).workers)
@@ -285,31 +375,58 @@ class Job:
             "get_job_status", pb.GetJobStatusRequest(job_id=self.job_id, include_tasks=include_tasks)
         ).job
 
+    def state(self) -> JobState:
+        return JobState.of(self.status().state)
+
+    def _status_riding_out_restarts(self) -> pb.JobStatus:
+        return self.client.call_riding_out_restarts("get_job_status", pb.GetJobStatusRequest(job_id=self.job_id)).job
+
     def terminate(self, reason: str = "terminated by user") -> list[str]:
         return list(self.client.call("terminate_job", pb.TerminateJobRequest(job_id=self.job_id, reason=reason)).terminated_job_ids)
 
-    def logs(self, cursor: int = 0) -> list[pb.TaskLogLine]:
-        lines: list[pb.TaskLogLine] = []
+    def delete(self, kill_running: bool = False) -> list[str]:
+        """Forget a finished job and its children so that the name can be used again."""
+        request = pb.DeleteJobRequest(job_id=self.job_id, kill_running=kill_running)
+        return list(self.client.call("delete_job", request).deleted_job_ids)
+
+    def logs(self, cursor: int = 0) -> list[LogEntry]:
+        lines: list[LogEntry] = []
         while True:
             response = self.client.call("get_task_logs", pb.GetTaskLogsRequest(id=self.job_id, cursor=cursor))
-            lines.extend(response.lines)
+            lines.extend(LogEntry.from_proto(line) for line in response.lines)
             if not response.lines:
                 return lines
             cursor = response.next_cursor
 
-    def follow_logs(self, poll_interval: float = 0.1, timeout: float | None = None) -> Iterator[pb.TaskLogLine]:
-        """Yield log lines as they arrive until the job is finished and every line has been seen."""
-        cursor = 0
+    def follow_logs(
+        self,
+        poll_interval: float = 0.1,
+        timeout: float | None = None,
+        on_status: Callable[[pb.JobStatus], None] | None = None,
+        cursor: int = 0,
+    ) -> Iterator[LogEntry]:
+        """Yield log lines as they arrive until the job is finished and every line has been seen.
+
+        While no lines arrive, `on_status` gets the job's status about once a second (what
+        `iris run` shows while a job waits). A controller restart is ridden out, see IrisClient.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        next_status = time.monotonic() + STATUS_INTERVAL_S if on_status is not None else None
         while True:
-            response = self.client.call("get_task_logs", pb.GetTaskLogsRequest(id=self.job_id, cursor=cursor))
-            yield from response.lines
+            response = self.client.call_riding_out_restarts(
+                "get_task_logs", pb.GetTaskLogsRequest(id=self.job_id, cursor=cursor)
+            )
+            for line in response.lines:
+                yield LogEntry.from_proto(line)
             cursor = response.next_cursor
             if response.finished:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise JobTimeoutError(f"job {self.job_id} did not finish within {timeout}s")
             if not response.lines:
+                if on_status is not None and next_status is not None and time.monotonic() >= next_status:
+                    on_status(self._status_riding_out_restarts())
+                    next_status = time.monotonic() + STATUS_INTERVAL_S
                 time.sleep(poll_interval)
 
     def wait(
@@ -320,24 +437,28 @@ class Job:
         poll_interval: float = 0.1,
         out: TextIO | None = None,
         err: TextIO | None = None,
+        on_status: Callable[[pb.JobStatus], None] | None = None,
     ) -> pb.JobStatus:
-        """Block until the job finishes; optionally print its logs as they arrive."""
+        """Block until the job finishes; optionally print its logs as they arrive.
+
+        `on_status` hears the job's status while it waits; a controller restart is ridden out.
+        """
         if stream_logs:
-            prefix_tasks = self.status().num_tasks > 1
-            out, err = out or sys.stdout, err or sys.stderr
-            for line in self.follow_logs(poll_interval, timeout):
-                stream = err if line.line.source == "stderr" else out
-                prefix = f"[{line.task_id.rsplit('/', 1)[-1]}] " if prefix_tasks else ""
-                stream.write(f"{prefix}{line.line.data}\n")
-                stream.flush()
-            status = self.status()
+            printer = LogPrinter(self._status_riding_out_restarts().num_tasks > 1, out or sys.stdout, err or sys.stderr)
+            for line in self.follow_logs(poll_interval, timeout, on_status):
+                printer.write(line)
+            status = self._status_riding_out_restarts()
         else:
             deadline = None if timeout is None else time.monotonic() + timeout
             delay = 0.02
+            next_status = time.monotonic()
             while True:
-                status = self.status()
+                status = self._status_riding_out_restarts()
                 if status.state in TERMINAL_JOB_STATES:
                     break
+                if on_status is not None and time.monotonic() >= next_status:
+                    on_status(status)
+                    next_status = time.monotonic() + STATUS_INTERVAL_S
                 if deadline is not None and time.monotonic() > deadline:
                     raise JobTimeoutError(
                         f"job {self.job_id} still {job_state_name(status.state)} after {timeout}s"
@@ -361,6 +482,33 @@ class Job:
         if status.state != pb.JOB_STATE_SUCCEEDED:
             raise JobFailedError(status)
         return values[0] if len(values) == 1 else values
+
+
+class LogPrinter:
+    """Writes log lines to stdout or stderr as the task did, with a marker where a retry starts."""
+
+    def __init__(self, prefix_tasks: bool, out: TextIO, err: TextIO, timestamps: bool = False):
+        self._prefix_tasks = prefix_tasks
+        self._out = out
+        self._err = err
+        self._timestamps = timestamps
+        self._attempts: dict[str, int] = {}
+
+    def write(self, line: LogEntry) -> None:
+        prefix = f"[{line.task_index}] " if self._prefix_tasks else ""
+        if self._timestamps:
+            prefix = f"{line.timestamp.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} {prefix}"
+        if self._attempts.setdefault(line.task_id, line.attempt_id) != line.attempt_id:
+            self._attempts[line.task_id] = line.attempt_id
+            self._err.write(f"{prefix}{attempt_marker(line)}\n")
+        stream = self._err if line.source == "stderr" else self._out
+        stream.write(f"{prefix}{line.data}\n")
+        stream.flush()
+
+
+def attempt_marker(line: LogEntry) -> str:
+    """The line shown where a retried task's output starts again."""
+    return f"----- {line.task_id}: attempt {line.attempt_id} -----"
 
 
 def _unpack_result(job_id: str, task: pb.TaskStatus) -> Any:

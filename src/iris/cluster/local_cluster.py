@@ -81,13 +81,18 @@ class LocalCluster:
         )
         self.daemon.start_in_thread()
         say(f"controller listening on {self.daemon.url}")
-        for spec in self.worker_specs:
-            self.start_worker(spec)
-        expected = self.expected_worker_count()
-        if expected:
-            say(f"starting {expected} worker(s)")
-            self.wait_for_workers(expected, timeout)
-            say(f"{expected} worker(s) registered")
+        # Whatever ends the start (a worker that dies, Ctrl-C, SIGTERM) must not leave workers behind.
+        try:
+            for spec in self.worker_specs:
+                self.start_worker(spec)
+            expected = self.expected_worker_count()
+            if expected:
+                say(f"starting {expected} worker(s)")
+                self.wait_for_workers(expected, timeout)
+                say(f"{expected} worker(s) registered")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def start_worker(self, spec: LocalWorkerSpec) -> subprocess.Popen:

@@ -34,6 +34,10 @@ TERMINAL_JOB_STATES = frozenset(
     }
 )
 
+UNFINISHED_JOB_STATES = tuple(
+    state for state in cluster_pb2.JobState.values() if state and state not in TERMINAL_JOB_STATES
+)
+
 TERMINAL_TASK_STATES = frozenset(
     {
         cluster_pb2.TASK_STATE_SUCCEEDED,
@@ -52,6 +56,32 @@ def job_state_name(state: int) -> str:
 
 def task_state_name(state: int) -> str:
     return cluster_pb2.TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+
+
+class JobState(enum.IntEnum):
+    """A job's state by name; equal to the protobuf value, so `status.state == JobState.SUCCEEDED`."""
+
+    UNSPECIFIED = cluster_pb2.JOB_STATE_UNSPECIFIED
+    PENDING = cluster_pb2.JOB_STATE_PENDING
+    BUILDING = cluster_pb2.JOB_STATE_BUILDING
+    RUNNING = cluster_pb2.JOB_STATE_RUNNING
+    SUCCEEDED = cluster_pb2.JOB_STATE_SUCCEEDED
+    FAILED = cluster_pb2.JOB_STATE_FAILED
+    KILLED = cluster_pb2.JOB_STATE_KILLED
+    WORKER_FAILED = cluster_pb2.JOB_STATE_WORKER_FAILED
+    UNSCHEDULABLE = cluster_pb2.JOB_STATE_UNSCHEDULABLE
+
+    @classmethod
+    def of(cls, value: int | str) -> JobState:
+        """From a protobuf value or a name such as "succeeded" or "JOB_STATE_SUCCEEDED"."""
+        return cls(parse_job_state(value) if isinstance(value, str) else value)
+
+    @property
+    def finished(self) -> bool:
+        return self.value in TERMINAL_JOB_STATES
+
+    def __str__(self) -> str:
+        return self.name.lower()
 
 
 def parse_job_state(text: str) -> int:
@@ -381,9 +411,57 @@ class EnvironmentSpec:
     setup_commands: list[str] = field(default_factory=list)
 
     def to_proto(self) -> cluster_pb2.EnvironmentConfig:
+        check_env_vars(self.env_vars)
         return cluster_pb2.EnvironmentConfig(
             env_vars=self.env_vars, pip_packages=self.pip_packages, setup_commands=self.setup_commands
         )
+
+
+EXISTING_JOB_POLICIES = {
+    "replace-finished": cluster_pb2.EXISTING_JOB_POLICY_UNSPECIFIED,
+    "error": cluster_pb2.EXISTING_JOB_POLICY_ERROR,
+    "keep": cluster_pb2.EXISTING_JOB_POLICY_KEEP,
+    "recreate": cluster_pb2.EXISTING_JOB_POLICY_RECREATE,
+}
+
+
+def parse_existing_job_policy(policy: str | int | None) -> int:
+    """What a launch does when its name is taken: "replace-finished" (default), "error", "keep", "recreate"."""
+    if policy is None:
+        return cluster_pb2.EXISTING_JOB_POLICY_UNSPECIFIED
+    if isinstance(policy, int):
+        return policy
+    key = policy.strip().lower().replace("_", "-")
+    if key not in EXISTING_JOB_POLICIES:
+        raise ValueError(f"unknown existing_job_policy {policy!r}; expected one of: {', '.join(EXISTING_JOB_POLICIES)}")
+    return EXISTING_JOB_POLICIES[key]
+
+
+def check_env_vars(env_vars: dict[str, str]) -> None:
+    """Names and values a process environment can hold; the OS refuses the rest only at exec time."""
+    for name, value in env_vars.items():
+        if not name:
+            raise ValueError("an environment variable needs a name")
+        if "=" in name:
+            key, _, rest = name.partition("=")
+            raise ValueError(
+                f"environment variable name {name!r} contains '='; to set {key} to {rest!r} write -e {name} "
+                f"(or env_vars={{{key!r}: {rest!r}}})"
+            )
+        if "\0" in name or "\0" in value:
+            raise ValueError(f"environment variable {name!r} contains a NUL byte")
+
+
+def check_launch_strings(request: cluster_pb2.LaunchJobRequest) -> None:
+    """What exec() and the environment cannot carry: '=' in a variable name, NUL anywhere."""
+    check_env_vars(dict(request.environment.env_vars))
+    if request.entrypoint.WhichOneof("kind") == "command":
+        for arg in request.entrypoint.command.argv:
+            if "\0" in arg:
+                raise ValueError(f"command argument {arg!r} contains a NUL byte")
+    for port in request.ports:
+        if not port or "\0" in port:
+            raise ValueError(f"port name {port!r} is empty or contains a NUL byte")
 
 
 # ---------------------------------------------------------------- entrypoints

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobSpecRequest, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetTimeSeriesRequest, GetTimeSeriesResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
+from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, DeleteJobRequest, DeleteJobResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobSpecRequest, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetTimeSeriesRequest, GetTimeSeriesResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -48,6 +48,9 @@ class ControllerService(Protocol):
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def terminate_job(self, request: TerminateJobRequest, ctx: RequestContext[TerminateJobRequest, TerminateJobResponse], /) -> TerminateJobResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def delete_job(self, request: DeleteJobRequest, ctx: RequestContext[DeleteJobRequest, DeleteJobResponse], /) -> DeleteJobResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
     async def get_task_status(self, request: GetTaskStatusRequest, ctx: RequestContext[GetTaskStatusRequest, GetTaskStatusResponse], /) -> GetTaskStatusResponse:
@@ -164,6 +167,17 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.terminate_job,
+                ),
+                "/iris.cluster.ControllerService/DeleteJob": Endpoint.unary(
+                    method=MethodInfo(
+                        name="DeleteJob",
+                        service_name="iris.cluster.ControllerService",
+                        input=DeleteJobRequest,
+                        output=DeleteJobResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.delete_job,
                 ),
                 "/iris.cluster.ControllerService/GetTaskStatus": Endpoint.unary(
                     method=MethodInfo(
@@ -464,6 +478,26 @@ class ControllerServiceClient(ConnectClient):
                 service_name="iris.cluster.ControllerService",
                 input=TerminateJobRequest,
                 output=TerminateJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def delete_job(
+        self,
+        request: DeleteJobRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> DeleteJobResponse:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="DeleteJob",
+                service_name="iris.cluster.ControllerService",
+                input=DeleteJobRequest,
+                output=DeleteJobResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),
@@ -830,6 +864,9 @@ class ControllerServiceSync(Protocol):
     def terminate_job(self, request: TerminateJobRequest, ctx: RequestContext[TerminateJobRequest, TerminateJobResponse], /) -> TerminateJobResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
+    def delete_job(self, request: DeleteJobRequest, ctx: RequestContext[DeleteJobRequest, DeleteJobResponse], /) -> DeleteJobResponse:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
     def get_task_status(self, request: GetTaskStatusRequest, ctx: RequestContext[GetTaskStatusRequest, GetTaskStatusResponse], /) -> GetTaskStatusResponse:
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -942,6 +979,17 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.terminate_job,
+                ),
+                "/iris.cluster.ControllerService/DeleteJob": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="DeleteJob",
+                        service_name="iris.cluster.ControllerService",
+                        input=DeleteJobRequest,
+                        output=DeleteJobResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.delete_job,
                 ),
                 "/iris.cluster.ControllerService/GetTaskStatus": EndpointSync.unary(
                     method=MethodInfo(
@@ -1242,6 +1290,26 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.cluster.ControllerService",
                 input=TerminateJobRequest,
                 output=TerminateJobResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def delete_job(
+        self,
+        request: DeleteJobRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> DeleteJobResponse:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="DeleteJob",
+                service_name="iris.cluster.ControllerService",
+                input=DeleteJobRequest,
+                output=DeleteJobResponse,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

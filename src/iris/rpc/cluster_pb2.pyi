@@ -40,6 +40,7 @@ class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKER_STATE_UNHEALTHY: _ClassVar[WorkerState]
     WORKER_STATE_FAILED: _ClassVar[WorkerState]
     WORKER_STATE_STOPPED: _ClassVar[WorkerState]
+    WORKER_STATE_TERMINATED: _ClassVar[WorkerState]
 
 class ConstraintOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -53,6 +54,13 @@ class ConstraintOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSTRAINT_OP_LT: _ClassVar[ConstraintOp]
     CONSTRAINT_OP_LE: _ClassVar[ConstraintOp]
     CONSTRAINT_OP_IN: _ClassVar[ConstraintOp]
+
+class ExistingJobPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXISTING_JOB_POLICY_UNSPECIFIED: _ClassVar[ExistingJobPolicy]
+    EXISTING_JOB_POLICY_ERROR: _ClassVar[ExistingJobPolicy]
+    EXISTING_JOB_POLICY_KEEP: _ClassVar[ExistingJobPolicy]
+    EXISTING_JOB_POLICY_RECREATE: _ClassVar[ExistingJobPolicy]
 
 class JobOrder(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -85,6 +93,7 @@ WORKER_STATE_HEALTHY: WorkerState
 WORKER_STATE_UNHEALTHY: WorkerState
 WORKER_STATE_FAILED: WorkerState
 WORKER_STATE_STOPPED: WorkerState
+WORKER_STATE_TERMINATED: WorkerState
 CONSTRAINT_OP_UNSPECIFIED: ConstraintOp
 CONSTRAINT_OP_EQ: ConstraintOp
 CONSTRAINT_OP_NE: ConstraintOp
@@ -95,6 +104,10 @@ CONSTRAINT_OP_GE: ConstraintOp
 CONSTRAINT_OP_LT: ConstraintOp
 CONSTRAINT_OP_LE: ConstraintOp
 CONSTRAINT_OP_IN: ConstraintOp
+EXISTING_JOB_POLICY_UNSPECIFIED: ExistingJobPolicy
+EXISTING_JOB_POLICY_ERROR: ExistingJobPolicy
+EXISTING_JOB_POLICY_KEEP: ExistingJobPolicy
+EXISTING_JOB_POLICY_RECREATE: ExistingJobPolicy
 JOB_ORDER_NEWEST: JobOrder
 JOB_ORDER_OLDEST: JobOrder
 JOB_ORDER_NAME: JobOrder
@@ -203,7 +216,7 @@ class CoschedulingConfig(_message.Message):
     def __init__(self, group_by: _Optional[str] = ...) -> None: ...
 
 class LaunchJobRequest(_message.Message):
-    __slots__ = ("name", "entrypoint", "resources", "environment", "bundle_blob", "bundle_sha256", "replicas", "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout", "scheduling_timeout", "constraints", "coscheduling", "ports", "priority", "parent_job_id", "bundle_uri")
+    __slots__ = ("name", "entrypoint", "resources", "environment", "bundle_blob", "bundle_sha256", "replicas", "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout", "scheduling_timeout", "constraints", "coscheduling", "ports", "priority", "parent_job_id", "bundle_uri", "existing_job_policy")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -222,6 +235,7 @@ class LaunchJobRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_URI_FIELD_NUMBER: _ClassVar[int]
+    EXISTING_JOB_POLICY_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: Entrypoint
     resources: ResourceSpec
@@ -240,7 +254,22 @@ class LaunchJobRequest(_message.Message):
     priority: int
     parent_job_id: str
     bundle_uri: str
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentConfig, _Mapping]] = ..., bundle_blob: _Optional[bytes] = ..., bundle_sha256: _Optional[str] = ..., replicas: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., max_task_failures: _Optional[int] = ..., timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scheduling_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coscheduling: _Optional[_Union[CoschedulingConfig, _Mapping]] = ..., ports: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., parent_job_id: _Optional[str] = ..., bundle_uri: _Optional[str] = ...) -> None: ...
+    existing_job_policy: ExistingJobPolicy
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentConfig, _Mapping]] = ..., bundle_blob: _Optional[bytes] = ..., bundle_sha256: _Optional[str] = ..., replicas: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., max_task_failures: _Optional[int] = ..., timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scheduling_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coscheduling: _Optional[_Union[CoschedulingConfig, _Mapping]] = ..., ports: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., parent_job_id: _Optional[str] = ..., bundle_uri: _Optional[str] = ..., existing_job_policy: _Optional[_Union[ExistingJobPolicy, str]] = ...) -> None: ...
+
+class DeleteJobRequest(_message.Message):
+    __slots__ = ("job_id", "kill_running")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    KILL_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    kill_running: bool
+    def __init__(self, job_id: _Optional[str] = ..., kill_running: _Optional[bool] = ...) -> None: ...
+
+class DeleteJobResponse(_message.Message):
+    __slots__ = ("deleted_job_ids",)
+    DELETED_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    deleted_job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, deleted_job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LaunchJobResponse(_message.Message):
     __slots__ = ("job_id",)

@@ -369,10 +369,17 @@ class Autoscaler:
             self._store.update_slice(slice_id, SliceState.DELETING, "cleaning up", now)
         self._store.update_slice(slice_id, SliceState.DELETED, reason, now)
 
-    def _fail_slice_workers(self, slice_id: str, reason: str) -> None:
+    def _fail_slice_workers(self, slice_id: str, reason: str, on_purpose: bool = False) -> None:
         worker_ids = [w["worker_id"] for w in self._store.slice_members().get(slice_id, [])]
-        if worker_ids:
-            self._apply_effects(self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", self._clock()))
+        if not worker_ids:
+            return
+        if on_purpose:
+            effects = self._store.fail_workers(
+                worker_ids, f"slice {slice_id} {reason}", self._clock(), final_state=pb.WORKER_STATE_TERMINATED
+            )
+        else:
+            effects = self._store.fail_workers(worker_ids, f"slice {slice_id} failed: {reason}", self._clock())
+        self._apply_effects(effects)
 
     # ------------------------------------------------------------ one evaluation
 
@@ -566,7 +573,7 @@ class Autoscaler:
                 # The slice stays DELETING; the next evaluation tries again.
                 logger.warning("terminating slice %s failed: %s; will retry", slice_id, exc)
                 return
-        self._fail_slice_workers(slice_id, f"slice terminated: {reason}")
+        self._fail_slice_workers(slice_id, f"terminated: {reason}", on_purpose=True)
         self._store.update_slice(slice_id, SliceState.DELETED, "terminated", self._clock())
         self._untrack(slice_id)
 

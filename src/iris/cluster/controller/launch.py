@@ -11,7 +11,14 @@ import hashlib
 import secrets
 import time
 
-from iris.cluster.types import ATTR_TPU_NAME, Constraint, JobName, normalize_job_id, tpu_topology
+from iris.cluster.types import (
+    ATTR_TPU_NAME,
+    Constraint,
+    JobName,
+    check_launch_strings,
+    normalize_job_id,
+    tpu_topology,
+)
 from iris.rpc import cluster_pb2 as pb
 
 # Preemptions are not the task's fault: retry them generously unless the user says otherwise.
@@ -25,6 +32,7 @@ def validate_launch_request(request: pb.LaunchJobRequest, max_bundle_bytes: int)
         raise ValueError("entrypoint is required: give a command or a callable")
     if entry == "command" and not request.entrypoint.command.argv:
         raise ValueError("the command entrypoint has no arguments")
+    check_launch_strings(request)
     if request.replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {request.replicas}")
     resources = request.resources

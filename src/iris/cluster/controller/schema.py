@@ -182,6 +182,15 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     CREATE INDEX jobs_tree_states ON jobs(parent_job_id, state, submitted_at_ms DESC, job_id);
     DROP INDEX jobs_parent;
     """,
+    # 7: the last attempt id of each task of a deleted job; a job created again under the same
+    # name continues from there, so a worker still holding an old attempt never mistakes a new
+    # attempt for a repeated delivery of it
+    """
+    CREATE TABLE deleted_task_attempts (
+        task_id TEXT PRIMARY KEY,
+        last_attempt INTEGER NOT NULL
+    );
+    """,
 ]
 
 

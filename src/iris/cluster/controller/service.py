@@ -19,6 +19,7 @@ from connectrpc.errors import ConnectError
 from iris.cluster.controller import render
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller
+from iris.cluster.controller.existing_jobs import JobNameTakenError
 from iris.cluster.controller.launch import validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.controller.store_reads import JOB_ORDER_SQL, JobFilters
@@ -47,7 +48,7 @@ def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise
         except NotFoundError as exc:
             raise ConnectError(Code.NOT_FOUND, str(exc)) from None
-        except JobExistsError as exc:
+        except (JobExistsError, JobNameTakenError) as exc:
             raise ConnectError(Code.ALREADY_EXISTS, str(exc)) from None
         except StorageError as exc:
             raise ConnectError(Code.UNAVAILABLE, str(exc)) from None
@@ -125,6 +126,11 @@ class ControllerServiceImpl:
             _job_id(request.job_id), request.reason or "terminated by user"
         )
         return pb.TerminateJobResponse(terminated_job_ids=terminated)
+
+    @_rpc
+    async def delete_job(self, request: pb.DeleteJobRequest, ctx) -> pb.DeleteJobResponse:
+        deleted = self._controller.delete_job(_job_id(request.job_id), request.kill_running)
+        return pb.DeleteJobResponse(deleted_job_ids=deleted)
 
     @_rpc
     async def get_task_status(self, request: pb.GetTaskStatusRequest, ctx) -> pb.GetTaskStatusResponse:

@@ -15,6 +15,7 @@ import sqlite3
 
 from iris.cluster.controller import reconcile
 from iris.cluster.controller.dispatch import run_request
+from iris.cluster.controller.feasibility import demand_from_request
 from iris.cluster.controller.reconcile import (
     ACTIVE_ATTEMPT_STATES,
     FAILURE_LOG_LINES,
@@ -35,7 +36,6 @@ from iris.cluster.types import (
     ATTR_SLICE_ID,
     TERMINAL_JOB_STATES,
     AttributeValue,
-    Constraint,
     attribute_from_proto,
 )
 from iris.rpc import cluster_pb2 as pb
@@ -99,11 +99,26 @@ class ControllerStore(StoreReads):
                     root_submitted_ms,
                 ),
             )
+            previous = {
+                r["task_id"]: r["last_attempt"]
+                for r in db.execute(
+                    "SELECT task_id, last_attempt FROM deleted_task_attempts WHERE task_id>? AND task_id<?",
+                    (job_id + "/", job_id + "/\U0010ffff"),
+                )
+            }
             db.executemany(
-                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms)"
-                " VALUES (?,?,?,?,?,?)",
+                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms,"
+                " current_attempt) VALUES (?,?,?,?,?,?,?)",
                 [
-                    (f"{job_id}/{i}", job_id, i, pb.TASK_STATE_PENDING, "waiting for the scheduler", now_ms)
+                    (
+                        f"{job_id}/{i}",
+                        job_id,
+                        i,
+                        pb.TASK_STATE_PENDING,
+                        "waiting for the scheduler",
+                        now_ms,
+                        previous.get(f"{job_id}/{i}", -1),
+                    )
                     for i in range(num_tasks)
                 ],
             )
@@ -124,6 +139,47 @@ class ControllerStore(StoreReads):
             terminated = self._kill_job_tree(job_id, reason, now_ms, effects)
         return terminated, effects
 
+    def delete_job_tree(self, job_id: str) -> list[str]:
+        """Forget a finished job and its children (rows, history, logs, endpoints); their ids."""
+        with self._write("delete_job", job_id) as db:
+            rows = db.execute(
+                "SELECT job_id, state FROM jobs WHERE job_id=? OR (job_id>? AND job_id<?)",
+                (job_id, job_id + "/", job_id + "/\U0010ffff"),
+            ).fetchall()
+            if not rows:
+                raise NotFoundError(f"job {job_id} not found")
+            for row in rows:
+                if row["state"] not in TERMINAL_JOB_STATES:
+                    raise JobExistsError(
+                        f"job {row['job_id']} is still {state_label('job', row['state'])}; kill it before deleting it"
+                    )
+            tree = [row["job_id"] for row in rows]
+            for member in tree:
+                self._forget_job(db, member)
+        return tree
+
+    def _forget_job(self, db: sqlite3.Connection, job_id: str) -> None:
+        # Each task's last attempt id outlives the job, so a job created again under the same name
+        # continues from there: a worker still holding an old attempt never takes a new one for it.
+        for task in db.execute("SELECT task_id, current_attempt FROM tasks WHERE job_id=?", (job_id,)).fetchall():
+            task_id = task["task_id"]
+            db.execute(
+                "INSERT OR REPLACE INTO deleted_task_attempts(task_id, last_attempt) VALUES (?,?)",
+                (task_id, task["current_attempt"]),
+            )
+            db.execute("DELETE FROM attempts WHERE task_id=?", (task_id,))
+            db.execute(
+                "DELETE FROM transitions WHERE (kind='task' AND entity_id=?)"
+                " OR (kind='attempt' AND entity_id>? AND entity_id<?)",
+                (task_id, task_id + "#", task_id + "#\U0010ffff"),
+            )
+        for table in ("tasks", "task_logs", "endpoints", "jobs"):
+            db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
+        db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
+        with self._lock:
+            self._requests.pop(job_id, None)
+            self._demand_templates.pop(job_id, None)
+
     # ------------------------------------------------------------ scheduling
 
     def _demand_template(self, job_id: str) -> TaskDemand:
@@ -131,16 +187,7 @@ class ControllerStore(StoreReads):
         requests never change)."""
         template = self._demand_templates.get(job_id)
         if template is None:
-            request = self.request_for(job_id)
-            spec = request.resources
-            template = TaskDemand(
-                task_id="",
-                job_id=job_id,
-                resources=Resources(spec.cpu_millicores, spec.memory_bytes, spec.disk_bytes),
-                device=device_from_proto(spec.device),
-                constraints=tuple(Constraint.from_proto(c) for c in request.constraints),
-                gang_group_by=request.coscheduling.group_by,
-            )
+            template = demand_from_request(job_id, self.request_for(job_id))
             self._demand_templates[job_id] = template
         return template
 
@@ -459,11 +506,16 @@ class ControllerStore(StoreReads):
                 )
         return effects
 
-    def _fail_worker(self, worker: sqlite3.Row, reason: str, now_ms: int, effects: Effects) -> None:
+    def _fail_worker(
+        self,
+        worker: sqlite3.Row,
+        reason: str,
+        now_ms: int,
+        effects: Effects,
+        final_state: int = pb.WORKER_STATE_FAILED,
+    ) -> None:
         worker_id = worker["worker_id"]
-        self._set_state(
-            "worker", worker_id, worker["state"], pb.WORKER_STATE_FAILED, reason, now_ms, error=reason
-        )
+        self._set_state("worker", worker_id, worker["state"], final_state, reason, now_ms, error=reason)
         self._worker_offers.pop(worker_id, None)
         open_attempts = [
             attempt_record(row)
@@ -489,8 +541,11 @@ class ControllerStore(StoreReads):
                 )
         return effects
 
-    def fail_workers(self, worker_ids: list[str], reason: str, now_ms: int) -> Effects:
-        """Workers known to be gone (their slice died): fail them now rather than at their timeout."""
+    def fail_workers(
+        self, worker_ids: list[str], reason: str, now_ms: int, final_state: int = pb.WORKER_STATE_FAILED
+    ) -> Effects:
+        """Workers known to be gone: fail them now rather than at their timeout. A slice ended on
+        purpose leaves its workers TERMINATED instead of FAILED; their tasks fail over the same way."""
         effects = Effects()
         with self._write("workers_lost", ",".join(worker_ids)) as db:
             for worker_id in worker_ids:
@@ -499,5 +554,5 @@ class ControllerStore(StoreReads):
                     pb.WORKER_STATE_HEALTHY,
                     pb.WORKER_STATE_UNHEALTHY,
                 ):
-                    self._fail_worker(worker, reason, now_ms, effects)
+                    self._fail_worker(worker, reason, now_ms, effects, final_state)
         return effects

@@ -34,7 +34,6 @@ from iris.cluster.controller.store_base import (
     StoreBase,
 )
 
-
 # Each order is served by an index, so deep pages of 100k jobs need no sort.
 JOB_ORDER_SQL: dict[int, str] = {
     pb.JOB_ORDER_NEWEST: "submitted_at_ms DESC, job_id",

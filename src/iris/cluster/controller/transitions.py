@@ -125,16 +125,21 @@ WORKER_TRANSITIONS: dict[int, dict[int, str]] = {
         pb.WORKER_STATE_UNHEALTHY: "a heartbeat failed",
         pb.WORKER_STATE_FAILED: "no successful heartbeat within the worker timeout",
         pb.WORKER_STATE_STOPPED: "it was deregistered",
+        pb.WORKER_STATE_TERMINATED: "its slice was terminated on purpose",
     },
     pb.WORKER_STATE_UNHEALTHY: {
         pb.WORKER_STATE_HEALTHY: "a heartbeat succeeded again",
         pb.WORKER_STATE_FAILED: "no successful heartbeat within the worker timeout",
         pb.WORKER_STATE_STOPPED: "it was deregistered",
+        pb.WORKER_STATE_TERMINATED: "its slice was terminated on purpose",
     },
     pb.WORKER_STATE_FAILED: {
         pb.WORKER_STATE_HEALTHY: "it registered again",
     },
     pb.WORKER_STATE_STOPPED: {
+        pb.WORKER_STATE_HEALTHY: "it registered again",
+    },
+    pb.WORKER_STATE_TERMINATED: {
         pb.WORKER_STATE_HEALTHY: "it registered again",
     },
 }
@@ -253,6 +258,9 @@ def derive_job_state(
         return JobOutcome(pb.JOB_STATE_FAILED, failure_detail or "every task failed")
     if counts[pb.TASK_STATE_RUNNING]:
         return JobOutcome(pb.JOB_STATE_RUNNING, "")
+    if current == pb.JOB_STATE_RUNNING and counts[pb.TASK_STATE_SUCCEEDED]:
+        # Later tasks starting after earlier ones finished: nothing was lost, the job runs on.
+        return JobOutcome(current, "")
     if counts[pb.TASK_STATE_BUILDING]:
         return JobOutcome(pb.JOB_STATE_BUILDING, "")
     if current in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_BUILDING) and (

@@ -256,7 +256,7 @@ class ProcessContainerHandle:
                 )
             self._status.phase = ContainerPhase.RUNNING
         started = threading.Event()
-        spawn_errors: list[OSError] = []
+        spawn_errors: list[Exception] = []
         threading.Thread(
             target=self._monitor,
             args=(started, spawn_errors),
@@ -425,10 +425,12 @@ class ProcessContainerHandle:
             self._signal(current, signal.SIGKILL)
             current.sigkill_at = None
 
-    def _monitor(self, started: threading.Event, spawn_errors: list[OSError]) -> None:
+    def _monitor(self, started: threading.Event, spawn_errors: list[Exception]) -> None:
         try:
             current = self._spawn(self._config.command, merge_output=False)
-        except OSError as e:
+        # Not only OSError: Popen raises ValueError for an environment it cannot pass, and run()
+        # waits on `started` forever unless every failure sets it.
+        except Exception as e:
             spawn_errors.append(e)
             with self._lock:
                 self._finish_locked(exit_code=127, error=f"failed to start {self._config.command[0]!r}: {e}")
