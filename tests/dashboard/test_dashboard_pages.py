@@ -103,13 +103,15 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
             client.submit(
                 Entrypoint.from_command("bash", "-c", "echo about to fail >&2; exit 3"), name="broken", resources=small
             )
-            client.submit(Entrypoint.from_command("true"), name="too-big", resources=ResourceSpec(cpu=64, memory="1GB"))
+            # A whole worker's cpu: servable in principle (so not refused at submit), but the
+            # long-running jobs above leave no worker that much, so it waits and says why.
+            client.submit(Entrypoint.from_command("true"), name="too-big", resources=ResourceSpec(cpu=2, memory="1GB"))
             client.submit(Entrypoint.from_command("bash", "-c", "sleep 600"), name="parent", resources=small)
             child = pb.LaunchJobRequest(
                 name="child-eval",
                 parent_job_id="/parent",
                 entrypoint=Entrypoint.from_command("true").proto,
-                resources=ResourceSpec(cpu=64, memory="1GB").to_proto(),
+                resources=ResourceSpec(cpu=2, memory="1GB").to_proto(),
                 replicas=1,
             )
             client.call("launch_job", child)
