@@ -1,0 +1,80 @@
+"""`iris cluster --config <manual config>` end to end over the namespace hosts: the controller on
+one host, workers on the others through its autoscaler, jobs from the test host through the SSH
+tunnel (the controller's port is firewalled from the test host), and nothing left running after
+`stop`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from netns import HostNetwork, SshHost
+from test_manual_platform import GROUP, cluster_config
+
+from iris.config import config_to_dict
+from iris.time import wait_until
+
+IRIS = [sys.executable, "-m", "iris.cli.main"]
+COMMAND_TIMEOUT_S = 180.0
+CONTROLLER_PORT = 10000
+
+
+def _iris(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(cwd)}
+    env.pop("IRIS_CONTROLLER_URL", None)
+    return subprocess.run(
+        [*IRIS, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+    )
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result.stdout
+
+
+def test_manual_cluster_cli_start_run_restart_stop_through_the_tunnel_leaves_no_host_running(
+    hosts: list[SshHost], host_network: HostNetwork, ssh_key: Path, tmp_path: Path
+) -> None:
+    controller_host, worker_host = hosts[0], hosts[1]
+    config = cluster_config([worker_host.address], ssh_key, "", tmp_path / "bundles")
+    config.controller.manual.host = controller_host.address
+    config.controller.manual.port = CONTROLLER_PORT
+    config.scale_groups[GROUP].min_slices = 1
+    config.defaults.autoscaler.evaluation_interval.milliseconds = 500
+    config_file = tmp_path / "manual.yaml"
+    config_file.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    controller_url = f"http://{controller_host.address}:{CONTROLLER_PORT}"
+
+    with controller_host.refusing(host_network.gateway, CONTROLLER_PORT):
+        started = _ok(_iris("cluster", "--config", str(config_file), "start", cwd=workspace))
+        assert f"controller {controller_url}, 1 worker(s)" in started
+
+        status = _ok(_iris("cluster", "--config", str(config_file), "status", cwd=workspace))
+        assert f"controller {controller_url}" in status
+        assert worker_host.address in status
+
+        slices = _ok(_iris("cluster", "--config", str(config_file), "slice", "list", cwd=workspace))
+        assert "  ready  " in slices
+
+        command = ["bash", "-c", "echo from-$(ip -4 -o addr show dev eth0 | awk '{print $4}')"]
+        ran = _ok(_iris("run", "--config", str(config_file), "--", *command, cwd=workspace))
+        assert f"from-{worker_host.address}/24" in ran
+
+        restarted = _ok(_iris("cluster", "--config", str(config_file), "restart", cwd=workspace))
+        # The restarted controller adopts the running worker instead of bootstrapping another.
+        assert f"controller {controller_url}, 1 worker(s)" in restarted
+        ran_again = _ok(_iris("run", "--config", str(config_file), "--", *command, cwd=workspace))
+        assert f"from-{worker_host.address}/24" in ran_again
+
+        stopped = _ok(_iris("cluster", "--config", str(config_file), "stop", "--yes", cwd=workspace))
+        assert "cluster 'manual-test' stopped" in stopped
+        assert "terminated 1 slice(s)" in stopped
+    wait_until(lambda: not any(host.processes() for host in hosts), 20, 0.2, "the hosts to run nothing of Iris")
+    not_running = _iris("cluster", "--config", str(config_file), "status", cwd=workspace)
+    assert not_running.returncode == 1
+    assert "cluster 'manual-test' is not running" in not_running.stdout
