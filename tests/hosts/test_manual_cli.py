@@ -15,6 +15,7 @@ from netns import HostNetwork, SshHost
 from test_manual_platform import GROUP, cluster_config
 
 from iris.config import config_to_dict
+from iris.rpc import config_pb2
 from iris.time import wait_until
 
 IRIS = [sys.executable, "-m", "iris.cli.main"]
@@ -35,17 +36,21 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
+def _write_config(config: config_pb2.IrisClusterConfig, controller_host: SshHost, path: Path) -> Path:
+    config.controller.manual.host = controller_host.address
+    config.controller.manual.port = CONTROLLER_PORT
+    config.defaults.autoscaler.evaluation_interval.milliseconds = 500
+    path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    return path
+
+
 def test_manual_cluster_cli_start_run_restart_stop_through_the_tunnel_leaves_no_host_running(
     hosts: list[SshHost], host_network: HostNetwork, ssh_key: Path, tmp_path: Path
 ) -> None:
     controller_host, worker_host = hosts[0], hosts[1]
     config = cluster_config([worker_host.address], ssh_key, "", tmp_path / "bundles")
-    config.controller.manual.host = controller_host.address
-    config.controller.manual.port = CONTROLLER_PORT
     config.scale_groups[GROUP].min_slices = 1
-    config.defaults.autoscaler.evaluation_interval.milliseconds = 500
-    config_file = tmp_path / "manual.yaml"
-    config_file.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     controller_url = f"http://{controller_host.address}:{CONTROLLER_PORT}"
@@ -78,3 +83,36 @@ def test_manual_cluster_cli_start_run_restart_stop_through_the_tunnel_leaves_no_
     not_running = _iris("cluster", "--config", str(config_file), "status", cwd=workspace)
     assert not_running.returncode == 1
     assert "cluster 'manual-test' is not running" in not_running.stdout
+
+
+def test_manual_multi_host_tpu_job_runs_one_task_per_host_with_the_peer_list(
+    hosts: list[SshHost], ssh_key: Path, tmp_path: Path
+) -> None:
+    controller_host, gang = hosts[0], hosts[1:3]
+    config = cluster_config([h.address for h in gang], ssh_key, "", tmp_path / "bundles", num_vms=2)
+    template = config.scale_groups[GROUP].slice_template
+    template.accelerator_type = config_pb2.ACCELERATOR_TYPE_TPU
+    # A v4-16 slice is two hosts of four chips: one task per host, all placed at once.
+    template.accelerator_variant = "v4-16"
+    config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    command = [
+        "bash",
+        "-c",
+        "echo task=$TPU_WORKER_ID peers=$TPU_WORKER_HOSTNAMES on=$(ip -4 -o addr show dev eth0 | awk '{print $4}')",
+    ]
+
+    try:
+        _ok(_iris("cluster", "--config", str(config_file), "start", cwd=workspace))
+        ran = _ok(_iris("run", "--config", str(config_file), "--tpu", "v4-16", "--", *command, cwd=workspace))
+    finally:
+        _ok(_iris("cluster", "--config", str(config_file), "stop", "--yes", cwd=workspace))
+
+    lines = sorted(line.split("] ")[-1] for line in ran.splitlines() if "task=" in line)
+    assert len(lines) == 2, ran
+    peers = lines[0].split("peers=")[1].split()[0].split(",")
+    assert sorted(peers) == sorted(h.address for h in gang)
+    # Task i runs on the i-th host of the peer list, and the two tasks share one list.
+    for index, line in enumerate(lines):
+        assert line == f"task={index} peers={','.join(peers)} on={peers[index]}/24"
