@@ -5,6 +5,7 @@ tunnel (the controller's port is firewalled from the test host), and nothing lef
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -116,3 +117,56 @@ def test_manual_multi_host_tpu_job_runs_one_task_per_host_with_the_peer_list(
     # Task i runs on the i-th host of the peer list, and the two tasks share one list.
     for index, line in enumerate(lines):
         assert line == f"task={index} peers={','.join(peers)} on={peers[index]}/24"
+
+
+def test_manual_slices_that_cannot_come_up_show_a_one_line_reason_in_the_cli(
+    hosts: list[SshHost], host_network: HostNetwork, ssh_key: Path, tmp_path: Path
+) -> None:
+    assert host_network.wrong_key is not None
+    controller_host, refusing_host, broken_host = hosts
+    config = cluster_config([refusing_host.address], ssh_key, "", tmp_path / "bundles")
+    groups = {
+        "wrong-key": (refusing_host.address, str(host_network.wrong_key)),
+        "unreachable": (host_network.unreachable_address, ""),
+        "bad-bootstrap": (broken_host.address, ""),
+    }
+    for name, (address, key_file) in groups.items():
+        group = config.scale_groups[name]
+        group.CopyFrom(config.scale_groups[GROUP])
+        group.name = name
+        del group.slice_template.manual.hosts[:]
+        group.slice_template.manual.hosts.append(address)
+        group.slice_template.manual.ssh_key_file = key_file
+    del config.scale_groups[GROUP]
+    # The worker keeps its runtime's state in a directory of its cache: a file there stops it at start.
+    broken_host.host_path("/var/cache/iris/runtime").write_text("not a directory\n")
+    config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    try:
+        _ok(_iris("cluster", "--config", str(config_file), "start", cwd=workspace))
+        for name in groups:
+            _ok(_iris("cluster", "--config", str(config_file), "slice", "create", "--scale-group", name, cwd=workspace))
+
+        def errors() -> dict[str, str]:
+            listing = _iris("cluster", "--config", str(config_file), "slice", "list", "--all", "--json", cwd=workspace)
+            return {item["scaleGroup"]: item.get("error", "") for item in json.loads(_ok(listing))}
+
+        wait_until(lambda: all(errors().get(name) for name in groups), 60, 0.5, "every slice to fail")
+        failed = errors()
+        listing = _ok(_iris("cluster", "--config", str(config_file), "slice", "list", "--all", cwd=workspace))
+        autoscaler = _ok(_iris("cluster", "--config", str(config_file), "autoscaler", "status", cwd=workspace))
+    finally:
+        _ok(_iris("cluster", "--config", str(config_file), "stop", "--yes", cwd=workspace))
+
+    assert "refused the SSH key" in failed["wrong-key"] and refusing_host.address in failed["wrong-key"]
+    assert "check that the host is up" in failed["unreachable"]
+    assert host_network.unreachable_address in failed["unreachable"]
+    assert f"the bootstrap script on {broken_host.address} exited 1: " in failed["bad-bootstrap"]
+    assert "/var/cache/iris/runtime" in failed["bad-bootstrap"]
+    for reason in failed.values():
+        # One line each, shown as it is by both listings.
+        assert "\n" not in reason
+        assert reason in listing and reason in autoscaler
+    wait_until(lambda: not any(host.processes() for host in hosts), 20, 0.2, "the hosts to run nothing of Iris")
