@@ -15,7 +15,10 @@ import yaml
 from netns import HostNetwork, SshHost
 from test_manual_platform import GROUP, cluster_config
 
+from iris.client import IrisClient
+from iris.cluster.types import Entrypoint
 from iris.config import config_to_dict
+from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
 from iris.time import wait_until
 
@@ -170,3 +173,45 @@ def test_manual_slices_that_cannot_come_up_show_a_one_line_reason_in_the_cli(
         assert "\n" not in reason
         assert reason in listing and reason in autoscaler
     wait_until(lambda: not any(host.processes() for host in hosts), 20, 0.2, "the hosts to run nothing of Iris")
+
+
+def test_manual_controller_sigkilled_and_started_again_adopts_its_slice_and_running_task(
+    hosts: list[SshHost], ssh_key: Path, tmp_path: Path
+) -> None:
+    controller_host, worker_host = hosts[0], hosts[1]
+    config = cluster_config([worker_host.address], ssh_key, "", tmp_path / "bundles")
+    config.scale_groups[GROUP].min_slices = 1
+    config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    controller_url = f"http://{controller_host.address}:{CONTROLLER_PORT}"
+    # Hosts share the test's filesystem: the task records each start here and waits for `release`.
+    starts, release = tmp_path / "starts", tmp_path / "release"
+    script = f"echo started >> {starts}; while [ ! -e {release} ]; do sleep 0.1; done; echo done"
+
+    try:
+        _ok(_iris("cluster", "--config", str(config_file), "start", cwd=workspace))
+        with IrisClient.remote(controller_url, workspace=workspace) as client:
+            job = client.submit(Entrypoint.from_command("bash", "-c", script), name="survivor")
+            wait_until(starts.exists, 60, 0.1, "the task to start")
+            [worker] = [w.worker_id for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
+        [daemon] = [p for p in controller_host.processes() if "iris.cluster.controller" in " ".join(p.cmdline())]
+        daemon.kill()
+        daemon.wait(10)
+
+        restarted = _ok(_iris("cluster", "--config", str(config_file), "start", cwd=workspace))
+        assert f"controller {controller_url}, 1 worker(s)" in restarted
+        release.touch()
+        with IrisClient.remote(controller_url, workspace=workspace) as client:
+            client.job(job.job_id).wait(timeout=60)
+            state = client.job(job.job_id).status().state
+            slices = client.call("list_slices", pb.ListSlicesRequest()).slices
+            workers = [w.worker_id for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
+    finally:
+        _ok(_iris("cluster", "--config", str(config_file), "stop", "--yes", cwd=workspace))
+
+    assert state == pb.JOB_STATE_SUCCEEDED
+    assert starts.read_text() == "started\n"
+    # The same worker, on the same slice, carried on: nothing was bootstrapped again.
+    assert workers == [worker]
+    assert len(slices) == 1 and slices[0].worker_ids == [worker]
