@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import pytest
 import yaml
 from netns import HostNetwork, SshHost
 from test_manual_platform import GROUP, cluster_config
@@ -73,6 +75,16 @@ def test_manual_cluster_cli_start_run_restart_stop_through_the_tunnel_leaves_no_
         command = ["bash", "-c", "echo from-$(ip -4 -o addr show dev eth0 | awk '{print $4}')"]
         ran = _ok(_iris("run", "--config", str(config_file), "--", *command, cwd=workspace))
         assert f"from-{worker_host.address}/24" in ran
+
+        with IrisClient.for_cluster(config_file, workspace=workspace) as client:
+            tunnelled = client.url
+            job = client.submit(Entrypoint.from_command(*command), name="from-the-library")
+            job.wait(timeout=60)
+            assert [line.data for line in job.logs()] == [f"from-{worker_host.address}/24"]
+        assert tunnelled.startswith("http://127.0.0.1:")
+        # Closing the client closed its tunnel.
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{tunnelled}/health", timeout=2)
 
         restarted = _ok(_iris("cluster", "--config", str(config_file), "restart", cwd=workspace))
         # The restarted controller adopts the running worker instead of bootstrapping another.
