@@ -115,7 +115,7 @@ def test_worker_bootstrapped_over_ssh_registers_runs_a_job_and_stops_cleanly(
         )
         job.wait(timeout=60)
         status = job.status()
-        output = "\n".join(line.data for line in job.logs())
+        output = "\n".join(entry.data for entry in job.logs())
     assert registered.address == f"http://{host.address}:{WORKER_PORT}"
     assert attribute(registered, "slice-id") == "slice-a"
     assert attribute(registered, "scale-group") == "cpu"
@@ -214,7 +214,7 @@ def test_controller_bootstrapped_on_a_host_serves_a_worker_on_another_host(
         wait_until(lambda: healthy_workers(client).get("ssh-w2"), 30, 0.1, "ssh-w2 to register")
         job = client.submit(Entrypoint.from_command("cat", "hello.txt"), name="hello")
         job.wait(timeout=60)
-        lines = [line.data for line in job.logs()]
+        lines = [entry.data for entry in job.logs()]
     assert lines == ["hello from the bundle"]
 
     [marker] = parse_markers(controller_remote.run_command(list_markers_script()).stdout)

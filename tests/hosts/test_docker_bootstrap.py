@@ -89,7 +89,7 @@ def test_worker_bootstrapped_from_image_with_docker_runs_a_task_container(
             )
             job.wait(timeout=120)
             status = job.status()
-            lines = [line.data for line in job.logs()]
+            lines = [entry.data for entry in job.logs()]
         [marker] = parse_markers(worker.run_command(list_markers_script()).stdout)
     finally:
         worker.bootstrap(stop_worker_script("docker-w0"))

@@ -80,7 +80,7 @@ def test_manual_cluster_cli_start_run_restart_stop_through_the_tunnel_leaves_no_
             tunnelled = client.url
             job = client.submit(Entrypoint.from_command(*command), name="from-the-library")
             job.wait(timeout=60)
-            assert [line.data for line in job.logs()] == [f"from-{worker_host.address}/24"]
+            assert [entry.data for entry in job.logs()] == [f"from-{worker_host.address}/24"]
         assert tunnelled.startswith("http://127.0.0.1:")
         # Closing the client closed its tunnel.
         with pytest.raises(httpx.HTTPError):

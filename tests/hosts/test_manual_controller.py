@@ -55,7 +55,7 @@ def test_manual_controller_on_a_host_scales_workers_and_serves_jobs_through_a_tu
                 Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="far"
             )
             job.wait(timeout=120)
-            output = "\n".join(line.data for line in job.logs())
+            output = "\n".join(entry.data for entry in job.logs())
             state = job.status().state
             [worker] = [w for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
     assert state == pb.JOB_STATE_SUCCEEDED

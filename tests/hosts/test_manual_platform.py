@@ -232,7 +232,7 @@ def test_autoscaler_on_manual_platform_brings_up_a_host_and_runs_a_job(
                 Entrypoint.from_command("bash", "-c", "ip -4 -o addr show dev eth0"), name="on-host"
             )
             job.wait(timeout=120)
-            output = "\n".join(line.data for line in job.logs())
+            output = "\n".join(entry.data for entry in job.logs())
             state = job.status().state
     finally:
         daemon.stop()
