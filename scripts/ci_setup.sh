@@ -45,6 +45,8 @@ command -v debootstrap >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
 command -v ip >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+# The SSH test hosts firewall a port to show the CLI tunnelling to a controller it cannot reach.
+command -v iptables >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/ci_setup.sh: installing ${missing[*]}" >&2
   as_root apt-get update -q >/dev/null || give_up "apt-get update failed (are you root?)"

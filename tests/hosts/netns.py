@@ -25,6 +25,8 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +102,18 @@ class SshHost:
                 )
         return Path(path)
 
+    @contextmanager
+    def refusing(self, source: str, port: int) -> Iterator[None]:
+        """While the block runs, the host refuses TCP from `source` to `port` (a firewall between
+        the test host and a service), while SSH and the host's own connections still get through."""
+        assert self.netns is not None, "the loopback host has no firewall of its own"
+        rule = ["INPUT", "-p", "tcp", "-s", source, "--dport", str(port), "-j", "REJECT", "--reject-with", "tcp-reset"]
+        _run("ip", "netns", "exec", self.netns, "iptables", "-I", *rule)
+        try:
+            yield
+        finally:
+            _run("ip", "netns", "exec", self.netns, "iptables", "-D", *rule)
+
     def set_link(self, up: bool) -> None:
         """Cut (or restore) the host's network cable: its veth on the bridge."""
         assert self.veth is not None, "the loopback host has no link to cut"
@@ -130,7 +144,7 @@ class HostNetwork:
         return f"{self.subnet}.250"
 
     def start(self) -> None:
-        for tool in ("ip", "ssh-keygen", SSHD):
+        for tool in ("ip", "iptables", "ssh-keygen", SSHD):
             if shutil.which(tool) is None:
                 raise HostsUnavailable(f"{tool} is not installed; run scripts/ci_setup.sh")
         if os.geteuid() != 0:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from iris.cli.connect import remembered_connection
+from iris.cli.connect import controller_from_config, remembered_connection
 from iris.cli.render import age, console, jobs_table, message_dict, print_json, recent_workers, workers_table
 from iris.client.client import IrisClient, IrisError
 from iris.cluster.controller.lifecycle import (
@@ -25,13 +25,16 @@ from iris.cluster.controller.lifecycle import (
     ClusterNotRunningError,
     ControllerInfo,
     connect_cluster,
+    controller_connection,
     local_state_dir,
+    reachable_controller,
     reload_controller,
     start_controller,
     stop_all,
 )
 from iris.cluster.http_server import PortInUseError
 from iris.cluster.local_cluster import LocalCluster
+from iris.cluster.platform.base import Platform, PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import UNFINISHED_JOB_STATES, job_state_name
 from iris.config import load_and_validate
@@ -54,13 +57,9 @@ def _platform(config: config_pb2.IrisClusterConfig, config_path: str):
 
 
 def _client(ctx: click.Context) -> tuple[IrisClient, config_pb2.IrisClusterConfig]:
+    """A client of the cluster's controller; a tunnel it needs stays open until the command ends."""
     config, config_path = _load(ctx)
-    try:
-        url = connect_cluster(_platform(config, config_path), config)
-    except ClusterNotRunningError:
-        raise click.ClickException(
-            f"cluster '{config.name}' is not running (start it with: iris cluster --config {config_path} start)"
-        ) from None
+    url = ctx.with_resource(controller_from_config(config, config_path))
     return IrisClient.remote(url), config
 
 
@@ -107,11 +106,17 @@ def start(ctx: click.Context) -> None:
     if info.already_running:
         click.echo(f"cluster '{config.name}' is already running (pid {pid}) at {info.url}")
         return
-    _report_running(config, config_path, info)
+    _report_running(platform, config, config_path, info)
 
 
-def _report_running(config: config_pb2.IrisClusterConfig, config_path: str, info: ControllerInfo) -> None:
-    with IrisClient.remote(info.url) as client, console.status("waiting for workers"):
+def _report_running(
+    platform: Platform, config: config_pb2.IrisClusterConfig, config_path: str, info: ControllerInfo
+) -> None:
+    with (
+        reachable_controller(platform, info.url) as url,
+        IrisClient.remote(url) as client,
+        console.status("waiting for workers"),
+    ):
         _wait_for_min_slices(client, config)
         healthy = [w for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
     pid = getattr(info.handle, "pid", "?")
@@ -120,16 +125,13 @@ def _report_running(config: config_pb2.IrisClusterConfig, config_path: str, info
     click.echo(f"  try: iris run --config {config_path} -- python -c \"print('hello from iris')\"")
 
 
-def _unfinished_jobs(platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus]:
+def _unfinished_jobs(platform: Platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus]:
     try:
-        url = connect_cluster(platform, config)
-    except ClusterNotRunningError:
-        return []
-    with IrisClient.remote(url) as client:
-        try:
+        with controller_connection(platform, config) as url, IrisClient.remote(url) as client:
             return client.list_jobs(states=UNFINISHED_JOB_STATES)
-        except IrisError:
-            return []  # a controller that does not answer cannot say; stopping it is what the user asked
+    except (PlatformError, IrisError):
+        # A controller that is not running or does not answer cannot say; stopping it is what the user asked.
+        return []
 
 
 @cluster.command()
@@ -173,8 +175,9 @@ def restart(ctx: click.Context) -> None:
     """Restart the controller on its state; jobs survive and running workers are re-adopted."""
     config, config_path = _load(ctx)
     with console.status(f"restarting the controller of '{config.name}'"):
-        info = reload_controller(_platform(config, config_path), config, lambda m: console.print(f"  {m}"))
-    _report_running(config, config_path, info)
+        platform = _platform(config, config_path)
+        info = reload_controller(platform, config, lambda m: console.print(f"  {m}"))
+    _report_running(platform, config, config_path, info)
 
 
 @cluster.command()
@@ -190,7 +193,11 @@ def status(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     except ClusterNotRunningError:
         click.echo(f"cluster '{config.name}' is not running (start it with: iris cluster --config {config_path} start)")
         ctx.exit(1)
-    with IrisClient.remote(url) as client:
+    try:
+        reachable = ctx.with_resource(reachable_controller(platform, url))
+    except PlatformError as exc:
+        raise click.ClickException(f"cluster '{config.name}' does not answer at {url}: {exc}") from None
+    with IrisClient.remote(reachable) as client:
         try:
             workers = client.list_workers()
             jobs = client.list_jobs(page_size=20)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 
 import click
 
 from iris.client.client import IrisClient
-from iris.cluster.controller.lifecycle import ClusterNotRunningError, connect_cluster, local_state_dir
+from iris.cluster.controller.lifecycle import ClusterNotRunningError, controller_connection, local_state_dir
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.config import load_and_validate
@@ -24,28 +25,36 @@ CONFIG_HELP = "Cluster config YAML."
 CONTROLLER_URL_HELP = "Controller URL, e.g. http://localhost:10000 (or IRIS_CONTROLLER_URL)."
 
 
-def controller_url_from_config(config: config_pb2.IrisClusterConfig, config_path: str) -> str:
-    try:
-        platform = create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))
-        return connect_cluster(platform, config)
-    except ClusterNotRunningError:
-        raise click.ClickException(
-            f"the cluster '{config.name}' is not running; start it with: iris cluster --config {config_path} start"
-        ) from None
-    except PlatformError as exc:
-        raise click.ClickException(
-            f"{config_path}: {exc}; pass --controller-url (for example through an SSH tunnel or port-forward)"
-        ) from None
+@contextmanager
+def controller_from_config(config: config_pb2.IrisClusterConfig, config_path: str) -> Iterator[str]:
+    """The cluster's controller URL, through the platform's tunnel when this machine cannot reach
+    the controller's own address; the tunnel closes when the block ends."""
+    with ExitStack() as stack:
+        try:
+            platform = create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))
+            url = stack.enter_context(controller_connection(platform, config))
+        except ClusterNotRunningError:
+            raise click.ClickException(
+                f"the cluster '{config.name}' is not running; start it with: iris cluster --config {config_path} start"
+            ) from None
+        except PlatformError as exc:
+            raise click.ClickException(
+                f"{config_path}: cannot reach the controller: {exc}; pass --controller-url "
+                "(for example through an SSH tunnel or port-forward)"
+            ) from None
+        yield url
 
 
-def resolve_controller_url(config_path: str | None, controller_url: str | None) -> str:
-    if controller_url:
-        return controller_url
+def open_controller_url(config_path: str | None, url: str | None) -> AbstractContextManager[str]:
+    """The controller URL to use for as long as the block runs: --controller-url, else --config
+    (tunnelled when needed), else IRIS_CONTROLLER_URL."""
+    if url:
+        return nullcontext(url)
     if config_path:
-        return controller_url_from_config(load_and_validate(config_path), config_path)
+        return controller_from_config(load_and_validate(config_path), config_path)
     env_url = os.environ.get("IRIS_CONTROLLER_URL") or os.environ.get("IRIS_CONTROLLER_ADDRESS")
     if env_url:
-        return env_url
+        return nullcontext(env_url)
     raise click.UsageError(
         "which cluster? pass --controller-url URL, --config CLUSTER.yaml, or set IRIS_CONTROLLER_URL"
     )
@@ -114,10 +123,10 @@ def connection_options(func: Callable) -> Callable:
     @click.option("--controller-url", help=CONTROLLER_URL_HELP)
     @functools.wraps(func)
     def wrapper(*args, config_path: str | None, controller_url: str | None, **kwargs):
-        client = IrisClient.remote(resolve_controller_url(*connection_from_context(config_path, controller_url)))
-        try:
+        with (
+            open_controller_url(*connection_from_context(config_path, controller_url)) as url,
+            IrisClient.remote(url) as client,
+        ):
             return func(*args, client=client, **kwargs)
-        finally:
-            client.close()
 
     return wrapper

@@ -17,7 +17,7 @@ from iris.cli.connect import (
     connection_from_context,
     connection_options,
     global_connection_options,
-    resolve_controller_url,
+    open_controller_url,
 )
 from iris.cli.progress import WaitingLine
 from iris.cli.render import (
@@ -82,7 +82,8 @@ def _open_client(stack: ExitStack, local: bool, config_path: str | None, control
 
         progress("starting a local cluster")
         return stack.enter_context(IrisClient.local(workers=1, progress=progress))
-    return stack.enter_context(IrisClient.remote(resolve_controller_url(config_path, controller_url)))
+    url = stack.enter_context(open_controller_url(config_path, controller_url))
+    return stack.enter_context(IrisClient.remote(url))
 
 
 def connection_hint(config_path: str | None, controller_url: str | None, client: IrisClient) -> str:

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,6 +197,22 @@ class IrisClient:
     @classmethod
     def remote(cls, url: str, workspace: Path | None = None) -> IrisClient:
         return cls(url, workspace)
+
+    @classmethod
+    def for_cluster(cls, config_path: str | Path, workspace: Path | None = None) -> IrisClient:
+        """A client of the running cluster that a config file describes, through its platform's
+        tunnel when the controller's own address does not answer from here; `close()` closes it."""
+        from iris.cluster.controller.lifecycle import controller_connection, local_state_dir
+        from iris.cluster.platform.factory import create_platform
+        from iris.config import load_and_validate
+
+        config = load_and_validate(str(config_path))
+        platform = create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))
+        connection = ExitStack()
+        url = connection.enter_context(controller_connection(platform, config))
+        client = cls(url, workspace)
+        client._on_close.append(connection.close)
+        return client
 
     @classmethod
     def local(

@@ -4,11 +4,15 @@ it, restart it on its state, connect to it, and tear the whole cluster down.
 The controller "VM" comes from `platform.create_vm()` and is found again by its label; its
 address travels in the VM's metadata. For a local cluster the state directory also holds
 `cluster.pid`, `controller.url` and the log, so a user can see what is running.
+
+A controller on another host may not be reachable from the machine running the CLI;
+`controller_connection` then goes through `platform.tunnel()` for as long as it is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,10 +90,20 @@ def start_controller(
     (state_dir / PID_FILE).write_text(str(getattr(handle, "pid", "")))
     progress("controller starting")
 
+    answering: list[str] = []
+
     def up() -> bool:
         if handle.status().state.value != "RUNNING":
             raise PlatformError(f"the controller exited during start-up; last log lines:\n{_log_tail(handle)}")
-        return url_file.exists() and _healthy(url_file.read_text().strip())
+        # A local controller writes its URL into the state directory; one on a host is found by its platform.
+        if url_file.exists():
+            url = url_file.read_text().strip()
+            found = url if _healthy(url) else None
+        else:
+            found = platform.discover_controller(config)
+        if found:
+            answering.append(found)
+        return found is not None
 
     try:
         wait_until(up, timeout, 0.1, "the controller to answer")
@@ -101,7 +115,7 @@ def start_controller(
                 f"the controller did not come up within {timeout:.0f}s; last log lines:\n{_log_tail(handle)}"
             ) from None
         raise
-    url = url_file.read_text().strip()
+    url = answering[-1]
     handle.set_metadata({_address_key(config): url})
     return ControllerInfo(url, handle)
 
@@ -138,6 +152,23 @@ def connect_cluster(platform: Platform, config: config_pb2.IrisClusterConfig) ->
     if url is None:
         raise ClusterNotRunningError(f"the cluster '{config.name}' is not running")
     return url
+
+
+def controller_connection(platform: Platform, config: config_pb2.IrisClusterConfig) -> AbstractContextManager[str]:
+    """A URL of the running controller that answers from this machine (see reachable_controller);
+    ClusterNotRunningError when there is none."""
+    return reachable_controller(platform, connect_cluster(platform, config))
+
+
+@contextmanager
+def reachable_controller(platform: Platform, address: str) -> Iterator[str]:
+    """`address` itself when the controller answers there from this machine, else a tunnel the
+    platform opens to it, closed when the block ends."""
+    if _healthy(address):
+        yield address
+        return
+    with platform.tunnel(address) as local_url:
+        yield local_url
 
 
 def stop_all(platform: Platform, config: config_pb2.IrisClusterConfig) -> tuple[bool, list[str]]:

@@ -26,7 +26,6 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-import httpx
 import yaml
 
 from iris.cluster.platform.base import (
@@ -586,15 +585,15 @@ class ManualPlatform:
         ]
 
     def discover_controller(self, config: config_pb2.IrisClusterConfig) -> str | None:
+        """The address of the controller running on controller.manual.host, as its marker there
+        records it; whether this machine can reach it directly is the caller's concern (tunnel)."""
         controller = config.controller.manual
         if not controller.host:
             return None
-        url = f"http://{controller.host}:{controller.port}"
-        try:
-            healthy = httpx.get(f"{url}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return None
-        return url if healthy else None
+        address_key = f"iris-controller-address-{self.label_prefix}"
+        for vm in self.list_vms([], {Labels(self.label_prefix).controller: "true"}):
+            return vm.metadata.get(address_key) or f"http://{controller.host}:{controller.port}"
+        return None
 
     def tunnel(self, address: str, local_port: int | None = None) -> AbstractContextManager[str]:
         """An SSH forward to the controller at `address` (a URL or host:port) through its host."""

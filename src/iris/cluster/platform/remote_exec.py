@@ -71,7 +71,13 @@ class RemoteCommandFailedError(RemoteExecError):
         self.result = result
         tail = last_lines(result, ERROR_TAIL_LINES)
         message = f"{what} on {address} exited {result.returncode}"
-        super().__init__(address, f"{message}; its last output lines:\n{tail}" if tail else message)
+        if not tail:
+            super().__init__(address, message)
+            return
+        # The first line alone must say what went wrong (it is what slice listings show), and the
+        # last thing a failing command prints is usually why.
+        final = [line.strip() for line in tail.splitlines() if line.strip()][-1]
+        super().__init__(address, f"{message}: {final}; its last output lines:\n{tail}")
 
 
 def last_lines(result: CommandResult, count: int) -> str:

@@ -164,6 +164,10 @@ def serve(
     if slice_id:
         reported[ATTR_SLICE_ID] = slice_id
     metadata = probe(cache, runtime_name, cpu, memory_bytes, reported, device)
+    if advertise_host:
+        # The host's name may not resolve to where others reach it; a gang's peer list
+        # (TPU_WORKER_HOSTNAMES) must name the address the controller was told.
+        metadata.ip_address = advertise_host
     try:
         sock = bind_socket(host, port)
     except PortInUseError as exc:
