@@ -121,7 +121,8 @@ class Controller:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
         if request.parent_job_id:
             inherit_from_parent(request, self.store.request_for(request.parent_job_id))
-        self.core.create_job(job_id, request)
+        # One row per task: a big job takes a while to write, and the event loop must keep serving.
+        self.apply_effects(await asyncio.to_thread(self.store.create_job, job_id, request, now_ms()))
         if self.autoscaler is not None:
             self.autoscaler.wake()
         return job_id
@@ -163,7 +164,7 @@ class Controller:
             await asyncio.sleep(SCHEDULING_COALESCE_S)
             self._schedule_event.clear()
             try:
-                self.core.run_scheduling_pass()
+                self.apply_effects(await asyncio.to_thread(self.core.schedule))
             except Exception:
                 logger.exception("scheduling pass failed")
 

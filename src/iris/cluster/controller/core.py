@@ -146,16 +146,20 @@ class ControllerCore:
             self.request_heartbeat(worker["worker_id"])
 
     def run_scheduling_pass(self) -> Effects:
-        """Expire tasks past their scheduling timeout, then place what is pending."""
+        effects = self.schedule()
+        self.apply(effects)
+        return effects
+
+    def schedule(self) -> Effects:
+        """Expire tasks past their scheduling timeout, then place what is pending; the caller applies
+        the effects. Only the store is touched, so this may run off the event loop: a pass over a
+        hundred thousand pending tasks takes seconds."""
         now = self._clock()
         effects = self.store.expire_unschedulable(now)
-        self.apply(effects)
         demands, workers = self.store.scheduling_inputs()
         if demands:
             result = find_assignments(demands, workers)
-            placed = self.store.apply_assignments(result.assignments, result.pending_reasons, now)
-            self.apply(placed)
-            effects.merge(placed)
+            effects.merge(self.store.apply_assignments(result.assignments, result.pending_reasons, now))
         return effects
 
     def resume(self) -> None:
