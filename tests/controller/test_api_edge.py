@@ -3,6 +3,8 @@ short reason and the controller keeps serving."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,8 @@ import pytest
 
 from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.limits import InputLimits
+from iris.cluster.types import Entrypoint
+from iris.client import IrisClient
 
 SERVICE = "iris.cluster.ControllerService"
 
@@ -115,3 +119,90 @@ def test_launch_job_of_100000_tasks_keeps_health_answering(tmp_path: Path) -> No
         assert status["job"]["numTasks"] == 100_000
     finally:
         daemon.stop()
+
+
+def test_launch_job_same_request_id_twice_returns_the_first_job(controller_url: str) -> None:
+    body = {**_command_job("", 1), "requestId": "retry-me-1"}
+    del body["name"]
+
+    first = _call(controller_url, "LaunchJob", body)
+    second = _call(controller_url, "LaunchJob", body)
+
+    assert first.status_code == second.status_code == 200, (first.text, second.text)
+    assert first.json()["jobId"] == second.json()["jobId"]
+    listed = _call(controller_url, "ListJobs", {"pageSize": 1000}).json().get("jobs", [])
+    assert [j["jobId"] for j in listed].count(first.json()["jobId"]) == 1
+    assert sum(1 for j in listed if j["jobId"].startswith("/job-")) == 1
+
+
+class AnswerDroppingProxy:
+    """Forwards HTTP requests to the controller, but after forwarding the first request whose path
+    contains `drop_path` it closes the connection instead of sending the answer back."""
+
+    def __init__(self, upstream_port: int, drop_path: bytes):
+        self._upstream_port = upstream_port
+        self._drop_path = drop_path
+        self.dropped = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    @staticmethod
+    def _read_message(sock: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        headers = {}
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip().lower()
+        if headers.get(b"transfer-encoding") == b"chunked":
+            while not body.endswith(b"0\r\n\r\n"):
+                body += sock.recv(65536)
+        length = int(headers.get(b"content-length", b"0"))
+        while len(body) < length:
+            body += sock.recv(65536)
+        return head + b"\r\n\r\n" + body
+
+    def _serve(self, client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", self._upstream_port)) as upstream:
+            while True:
+                request = self._read_message(client)
+                if not request:
+                    return
+                upstream.sendall(request)
+                answer = self._read_message(upstream)
+                if self._drop_path in request.split(b"\r\n", 1)[0] and self.dropped == 0:
+                    self.dropped += 1
+                    return
+                client.sendall(answer)
+
+
+def test_client_submit_whose_answer_is_lost_retries_into_the_same_job(controller_url: str, tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("print('hello')\n")
+    proxy = AnswerDroppingProxy(int(controller_url.rsplit(":", 1)[1]), b"/LaunchJob")
+    try:
+        with IrisClient.remote(proxy.url) as client:
+            before = {j.job_id for j in client.list_jobs()}
+            job = client.submit(Entrypoint.from_command("true"), workspace=tmp_path)
+            created = {j.job_id for j in client.list_jobs()} - before
+    finally:
+        proxy.close()
+
+    assert proxy.dropped == 1
+    assert created == {job.job_id}

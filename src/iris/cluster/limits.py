@@ -20,6 +20,9 @@ QUOTE_PREFIX_CHARS = 40
 _WORKER_ID_CHARS = re.compile(r"[A-Za-z0-9._:@-]+")
 MAX_WORKER_ID_CHARS = 253
 
+# A LaunchJob request id is a client-chosen token, a UUID in the Python client.
+MAX_REQUEST_ID_CHARS = 128
+
 # A ListJobs page token is the offset of the next page, a decimal number SQLite can hold.
 MAX_PAGE_TOKEN_DIGITS = 18
 
@@ -78,6 +81,7 @@ def check_launch_limits(request: pb.LaunchJobRequest, limits: InputLimits = DEFA
     _check_chars("parent_job_id", request.parent_job_id, limits.max_name_chars)
     _check_chars("bundle_sha256", request.bundle_sha256, 64)
     _check_chars("bundle_uri", request.bundle_uri, limits.max_name_chars)
+    _check_chars("request_id", request.request_id, MAX_REQUEST_ID_CHARS)
     _check_range("replicas", request.replicas, 0, limits.max_replicas)
     _check_range("max_retries_failure", request.max_retries_failure, 0, limits.max_retries)
     _check_range("max_retries_preemption", request.max_retries_preemption, 0, limits.max_retries)

@@ -25,6 +25,7 @@ from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.scheduling_types import Resources
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
+from iris.cluster.controller.store_base import RequestAlreadyServedError
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
 from iris.time import now_ms
@@ -107,6 +108,11 @@ class Controller:
     # ------------------------------------------------------------ jobs
 
     async def launch_job(self, request: pb.LaunchJobRequest) -> str:
+        # A retry of a submission whose answer was lost gets the job the first one created.
+        if request.request_id:
+            served = self.store.job_for_request(request.request_id)
+            if served is not None:
+                return served
         job_id = job_id_for(request)
         if self.store.job_exists(job_id):
             action = decide_existing_job(job_id, request.existing_job_policy, self.store.job_status(job_id).state)
@@ -122,7 +128,11 @@ class Controller:
         if request.parent_job_id:
             inherit_from_parent(request, self.store.request_for(request.parent_job_id))
         # One row per task: a big job takes a while to write, and the event loop must keep serving.
-        self.apply_effects(await asyncio.to_thread(self.store.create_job, job_id, request, now_ms()))
+        try:
+            effects = await asyncio.to_thread(self.store.create_job, job_id, request, now_ms())
+        except RequestAlreadyServedError as served:
+            return served.job_id  # a concurrent retry of the same submission got there first
+        self.apply_effects(effects)
         if self.autoscaler is not None:
             self.autoscaler.wake()
         return job_id
