@@ -105,11 +105,13 @@ class ControllerCore:
         return HeartbeatRound(plan, request, kills)
 
     def round_failed(self, heartbeat: HeartbeatRound, error: str) -> Effects:
-        """The RPC failed: its kills wait for the next round; the worker is unhealthy, then failed."""
+        """The RPC failed: its kills wait for the next round, the attempts it started are retried
+        under new ids; the worker is unhealthy, then failed."""
         worker_id = heartbeat.plan.worker_id
         self._kill_sets.setdefault(worker_id, set()).update(heartbeat.kills)
+        sent = [(run.task_id, run.attempt_id) for run in heartbeat.plan.to_run]
         effects = self.store.record_heartbeat_failure(
-            worker_id, error, self._clock(), self.settings.worker_timeout_ms
+            worker_id, error, self._clock(), self.settings.worker_timeout_ms, sent
         )
         self.apply(effects)
         return effects

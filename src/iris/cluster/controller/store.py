@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sqlite3
+from collections.abc import Sequence
 
 from iris.cluster.controller import reconcile
 from iris.cluster.controller.dispatch import run_request
@@ -494,11 +495,23 @@ class ControllerStore(StoreReads):
         return tails
 
     def record_heartbeat_failure(
-        self, worker_id: str, error: str, now_ms: int, worker_timeout_ms: int
+        self,
+        worker_id: str,
+        error: str,
+        now_ms: int,
+        worker_timeout_ms: int,
+        sent: Sequence[AttemptKey] = (),
     ) -> Effects:
-        """A heartbeat RPC failed: mark the worker unhealthy, and failed once it is past its timeout."""
+        """A heartbeat RPC failed: the attempts it was `sent` to start are retried as new attempts
+        (an attempt id is delivered at most once); the worker is unhealthy, and failed once it is
+        past its timeout."""
         effects = Effects()
         with self._write("heartbeat_failed", worker_id) as db:
+            if sent:
+                snapshot = self._snapshot(sent)
+                attempts = [snapshot.attempts[key] for key in sent if key in snapshot.attempts]
+                self._persist(reconcile.on_delivery_unconfirmed(worker_id, attempts, snapshot), now_ms, effects)
+                effects.wake_scheduler = True
             worker = db.execute("SELECT * FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
             if worker is None or worker["state"] not in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
                 return effects
