@@ -270,13 +270,20 @@ class IrisClient:
             time.sleep(delay)
             delay *= 2
 
+    def _call_once(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._rpc, method)(request)
+        except ConnectError as exc:
+            raise _translate(exc, self.url) from None
+
     def call_riding_out_restarts(self, method: str, request: Any) -> Any:
         """`call`, retrying with backoff for up to `reconnect_timeout` while the controller is unreachable."""
         deadline: float | None = None
         delay = 0.2
         while True:
             try:
-                response = self.call(method, request)
+                # One try per loop: this loop retries, and tells the user it does.
+                response = self._call_once(method, request)
             except ControllerUnavailableError as exc:
                 now = time.monotonic()
                 if deadline is None:
