@@ -189,3 +189,22 @@ def test_core_resume_after_restart_heartbeats_known_workers_with_a_fresh_timeout
     assert restarted.started == ["w1"]
     assert restarted.scheduler_wakeups == 1
     restarted.store.close()
+
+
+def test_core_attempt_whose_start_answer_was_lost_is_never_sent_again(harness):
+    worker = harness.worker("w1")
+    harness.core.create_job("/train", job_request("/train"))
+    harness.core.run_scheduling_pass()
+    heartbeat = harness.core.begin_round("w1")
+    # The worker receives attempt 0 and starts it, then dies before its answer arrives.
+    worker.heartbeat(heartbeat.request)
+    harness.core.round_failed(heartbeat, "connection reset")
+    worker.restart()
+
+    harness.round_trip(worker)  # the worker answers again, and is healthy
+    harness.core.run_scheduling_pass()
+    harness.round_trip(worker)
+
+    assert [(r.task_id, r.attempt_id) for r in worker.received] == [("/train/0", 0), ("/train/0", 1)]
+    task = harness.store.task_status("/train/0")
+    assert (task.current_attempt_id, task.preemption_count) == (1, 0)

@@ -17,6 +17,7 @@ from iris.cluster.controller.reconcile import (
     TaskChange,
     TaskDetail,
     TaskRecord,
+    on_delivery_unconfirmed,
     on_heartbeat,
     on_kill,
     on_scheduling_timeouts,
@@ -285,3 +286,23 @@ def test_reconcile_scheduling_timeout_makes_only_overdue_tasks_unschedulable_wit
     assert (change.task_id, change.new) == ("/a/0", pb.TASK_STATE_UNSCHEDULABLE)
     assert change.error == "not scheduled within 60s (scheduling_timeout): no worker has 8 cpu"
     assert decisions.touched_jobs == {"/a"}
+
+
+def test_reconcile_attempt_sent_in_an_unanswered_heartbeat_is_retried_as_a_new_attempt_free():
+    task = TaskRecord("/j/0", "/j", ASSIGNED, 0, "w1")
+    sent = attempt("/j/0", state=ASSIGNED, delivered=False)
+    state = snapshot([task], [sent], Budget(max_retries_preemption=0))
+
+    decisions = on_delivery_unconfirmed("w1", [sent], state)
+
+    assert attempt_changes(decisions) == [("/j/0", 0, ASSIGNED, pb.TASK_STATE_WORKER_FAILED)]
+    change = only_task_change(decisions)
+    assert (change.new, change.preemption_count, change.failure_count) == (PENDING, 0, 0)
+    assert "got no answer" in change.reason
+
+
+def test_reconcile_unanswered_heartbeat_leaves_delivered_attempts_alone():
+    delivered = attempt("/j/0", state=RUNNING, delivered=True)
+    state = snapshot([running("/j/0")], [delivered], Budget())
+
+    assert on_delivery_unconfirmed("w1", [delivered], state).changes == []

@@ -6,6 +6,7 @@ The contract every runtime keeps is tested in test_runtime_contract.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -177,6 +178,35 @@ def test_process_remove_leftovers_after_worker_sigkill_kills_orphaned_group(
             assert list((tmp_path / "state" / "containers").iterdir()) == []
         finally:
             _kill_if_alive(container)
+            _kill_if_alive(grandchild)
+
+
+def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
+    tmp_path: Path, workdir: Path
+) -> None:
+    code = textwrap.dedent(
+        f"""
+        import os, pathlib, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        {write_pid_code("grandchild.pid", "child.pid")}
+        time.sleep(600)
+        """
+    )
+    with _worker_process(tmp_path, workdir, code) as worker:
+        grandchild = read_pid(workdir / "grandchild.pid")
+        try:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            # What a worker killed between fork and recording the pid leaves behind.
+            (meta_path,) = (tmp_path / "state" / "containers").glob("*/meta.json")
+            meta = json.loads(meta_path.read_text())
+            meta_path.write_text(json.dumps({**meta, "pid": None, "create_time": None}))
+            assert is_alive(grandchild)
+
+            assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
+
+            poll_until(lambda: not is_alive(grandchild), "the unrecorded orphan to be killed", timeout=10)
+        finally:
             _kill_if_alive(grandchild)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -53,6 +54,32 @@ DEFAULT_RPC_TIMEOUT_MS = 60_000
 # How long a client following a job keeps trying to reach a restarting controller.
 DEFAULT_RECONNECT_TIMEOUT_S = 120.0
 RECONNECT_MAX_DELAY_S = 5.0
+# Calls that may be sent again after a transient failure without doing anything twice. LaunchJob
+# is one because each submission carries a request id the controller remembers.
+IDEMPOTENT_METHODS = frozenset(
+    {
+        "launch_job",
+        "get_job_status",
+        "list_jobs",
+        "terminate_job",
+        "get_task_status",
+        "list_tasks",
+        "get_task_logs",
+        "list_workers",
+        "list_endpoints",
+        "unregister_endpoint",
+        "get_autoscaler_status",
+        "list_slices",
+        "get_slice",
+        "get_worker_logs",
+        "get_time_series",
+        "get_job_spec",
+    }
+)
+# A transient failure (connection refused or reset, a timeout) of an idempotent call is retried
+# this many times, waiting TRANSIENT_RETRY_DELAY_S, doubling, in between.
+TRANSIENT_RETRIES = 3
+TRANSIENT_RETRY_DELAY_S = 0.2
 # While a job waits, how often `wait`/`follow_logs` report its status to an `on_status` callback.
 STATUS_INTERVAL_S = 1.0
 
@@ -247,8 +274,22 @@ class IrisClient:
     # ------------------------------------------------------------ rpc
 
     def call(self, method: str, request: Any, timeout_ms: int | None = None) -> Any:
+        """One RPC; an idempotent one is sent again, a few times, after a transient failure."""
+        retries = TRANSIENT_RETRIES if method in IDEMPOTENT_METHODS else 0
+        delay = TRANSIENT_RETRY_DELAY_S
+        while True:
+            try:
+                return getattr(self._rpc, method)(request, timeout_ms=timeout_ms)
+            except ConnectError as exc:
+                if exc.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or retries == 0:
+                    raise _translate(exc, self.url) from None
+            retries -= 1
+            time.sleep(delay)
+            delay *= 2
+
+    def _call_once(self, method: str, request: Any) -> Any:
         try:
-            return getattr(self._rpc, method)(request, timeout_ms=timeout_ms)
+            return getattr(self._rpc, method)(request)
         except ConnectError as exc:
             raise _translate(exc, self.url) from None
 
@@ -258,7 +299,8 @@ class IrisClient:
         delay = 0.2
         while True:
             try:
-                response = self.call(method, request)
+                # One try per loop: this loop retries, and tells the user it does.
+                response = self._call_once(method, request)
             except ControllerUnavailableError as exc:
                 now = time.monotonic()
                 if deadline is None:
@@ -338,6 +380,7 @@ class IrisClient:
             bundle = build_bundle(Path(bundle_root), self.max_bundle_bytes)
             request.bundle_blob = bundle.blob
             request.bundle_sha256 = bundle.sha256
+        request.request_id = uuid.uuid4().hex
         response = self.call("launch_job", request)
         return Job(self, response.job_id)
 

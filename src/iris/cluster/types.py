@@ -10,6 +10,7 @@ from typing import Any, Union
 
 import cloudpickle
 
+from iris.cluster.limits import quote_prefix
 from iris.config import parse_size
 from iris.rpc import cluster_pb2
 
@@ -93,7 +94,7 @@ def parse_job_state(text: str) -> int:
         return cluster_pb2.JobState.Value(name)
     except ValueError:
         known = ", ".join(job_state_name(v) for v in cluster_pb2.JobState.values() if v)
-        raise ValueError(f"unknown job state {text!r}; expected one of: {known}") from None
+        raise ValueError(f"unknown job state {quote_prefix(text)}; expected one of: {known}") from None
 
 
 # ---------------------------------------------------------------- names
@@ -119,12 +120,12 @@ class JobName:
         for part in parts:
             if part.isdigit():
                 raise ValueError(
-                    f"invalid job name {text!r}: a name part cannot be only digits ({part!r}); "
+                    f"invalid job name {quote_prefix(text)}: a name part cannot be only digits ({quote_prefix(part)}); "
                     "those are task ids, e.g. /train/0"
                 )
             if not _NAME_PART.match(part):
                 raise ValueError(
-                    f"invalid job name {text!r}: each part must start with a letter or digit and contain only "
+                    f"invalid job name {quote_prefix(text)}: each part must start with a letter or digit and contain only "
                     "letters, digits, '.', '_' or '-' (at most 128 characters)"
                 )
         return cls(parts)
@@ -155,7 +156,7 @@ def normalize_job_id(text: str) -> str:
 def job_id_of_task(task_id: str) -> str:
     job_id, _, index = task_id.rpartition("/")
     if not job_id or not index.isdigit():
-        raise ValueError(f"invalid task id {task_id!r}: expected '<job id>/<task index>'")
+        raise ValueError(f"invalid task id {quote_prefix(task_id)}: expected '<job id>/<task index>'")
     return job_id
 
 
@@ -226,7 +227,7 @@ class Constraint:
         if not self.key:
             raise ValueError("a constraint needs an attribute key")
         if self.op == ConstraintOp.IN and not self.values:
-            raise ValueError(f"constraint on {self.key!r}: IN needs at least one value")
+            raise ValueError(f"constraint on {quote_prefix(self.key)}: IN needs at least one value")
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
@@ -244,7 +245,7 @@ class Constraint:
         match = _CONSTRAINT_TEXT.match(stripped)
         if not match:
             raise ValueError(
-                f"invalid constraint {text!r}: expected KEY=VALUE, KEY!=VALUE, KEY>VALUE, KEY>=VALUE, KEY<VALUE, "
+                f"invalid constraint {quote_prefix(text)}: expected KEY=VALUE, KEY!=VALUE, KEY>VALUE, KEY>=VALUE, KEY<VALUE, "
                 "KEY<=VALUE, KEY (exists), !KEY (does not exist) or 'KEY in A,B'"
             )
         key, symbol, value = match.groups()
@@ -272,7 +273,7 @@ class Constraint:
         try:
             op = ConstraintOp(proto.op)
         except ValueError:
-            raise ValueError(f"constraint on {proto.key!r} has no valid operator") from None
+            raise ValueError(f"constraint on {quote_prefix(proto.key)} has no valid operator") from None
         return cls(
             proto.key,
             op,
@@ -313,7 +314,7 @@ def parse_priority(text: str | int) -> int:
         return int(Priority[text.strip().upper()])
     except KeyError:
         names = ", ".join(p.name.lower() for p in Priority)
-        raise ValueError(f"unknown priority {text!r}: use a number or one of {names}") from None
+        raise ValueError(f"unknown priority {quote_prefix(text)}: use a number or one of {names}") from None
 
 
 # ---------------------------------------------------------------- TPU topologies
@@ -340,14 +341,14 @@ def tpu_topology(variant: str) -> TpuTopology:
     """Chips and hosts of a TPU slice variant such as "v5litepod-16" (4 hosts of 4 chips)."""
     match = re.fullmatch(r"(v\d+[a-z]*(?:pod)?)-(\d+)", variant.strip().lower())
     if not match:
-        raise ValueError(f"unknown TPU variant {variant!r}: expected a form like v4-8, v5litepod-16, v5p-32 or v6e-8")
+        raise ValueError(f"unknown TPU variant {quote_prefix(variant)}: expected a form like v4-8, v5litepod-16, v5p-32 or v6e-8")
     generation, size = match.group(1), int(match.group(2))
     known = _CORE_COUNTED | _EIGHT_CHIP_HOSTS
     if generation not in known:
-        raise ValueError(f"unknown TPU generation {generation!r} in {variant!r}; known: {', '.join(sorted(known))}")
+        raise ValueError(f"unknown TPU generation {quote_prefix(generation)} in {quote_prefix(variant)}; known: {', '.join(sorted(known))}")
     chips = size // 2 if generation in _CORE_COUNTED else size
     if chips < 1:
-        raise ValueError(f"TPU variant {variant!r} has no whole chip")
+        raise ValueError(f"TPU variant {quote_prefix(variant)} has no whole chip")
     if generation in _EIGHT_CHIP_HOSTS and chips <= 8:
         return TpuTopology(variant, chips, chips)
     return TpuTopology(variant, chips, min(4, chips))
@@ -371,12 +372,12 @@ def parse_gpu_spec(text: str) -> cluster_pb2.DeviceConfig:
         r"(?:([A-Za-z][A-Za-z0-9_-]*?\d[A-Za-z0-9_-]*?)[xX](\d+)|([A-Za-z][A-Za-z0-9_-]*)|(\d+))", text.strip()
     )
     if not match:
-        raise ValueError(f"invalid GPU spec {text!r}: expected VARIANTxCOUNT such as H100x8, a variant, or a count")
+        raise ValueError(f"invalid GPU spec {quote_prefix(text)}: expected VARIANTxCOUNT such as H100x8, a variant, or a count")
     counted_variant, count_text, bare_variant, only_count = match.groups()
     variant = counted_variant or bare_variant
     count = int(count_text or only_count or 1)
     if count < 1:
-        raise ValueError(f"invalid GPU spec {text!r}: the count must be at least 1")
+        raise ValueError(f"invalid GPU spec {quote_prefix(text)}: the count must be at least 1")
     return gpu_device(variant or "", count)
 
 
@@ -445,11 +446,11 @@ def check_env_vars(env_vars: dict[str, str]) -> None:
         if "=" in name:
             key, _, rest = name.partition("=")
             raise ValueError(
-                f"environment variable name {name!r} contains '='; to set {key} to {rest!r} write -e {name} "
-                f"(or env_vars={{{key!r}: {rest!r}}})"
+                f"environment variable name {quote_prefix(name)} contains '='; to set {key} to {quote_prefix(rest)} write -e {name} "
+                f"(or env_vars={{{key!r}: {quote_prefix(rest)}}})"
             )
         if "\0" in name or "\0" in value:
-            raise ValueError(f"environment variable {name!r} contains a NUL byte")
+            raise ValueError(f"environment variable {quote_prefix(name)} contains a NUL byte")
 
 
 def check_launch_strings(request: cluster_pb2.LaunchJobRequest) -> None:
@@ -458,10 +459,10 @@ def check_launch_strings(request: cluster_pb2.LaunchJobRequest) -> None:
     if request.entrypoint.WhichOneof("kind") == "command":
         for arg in request.entrypoint.command.argv:
             if "\0" in arg:
-                raise ValueError(f"command argument {arg!r} contains a NUL byte")
+                raise ValueError(f"command argument {quote_prefix(arg)} contains a NUL byte")
     for port in request.ports:
         if not port or "\0" in port:
-            raise ValueError(f"port name {port!r} is empty or contains a NUL byte")
+            raise ValueError(f"port name {quote_prefix(port)} is empty or contains a NUL byte")
 
 
 # ---------------------------------------------------------------- entrypoints

@@ -216,7 +216,7 @@ class CoschedulingConfig(_message.Message):
     def __init__(self, group_by: _Optional[str] = ...) -> None: ...
 
 class LaunchJobRequest(_message.Message):
-    __slots__ = ("name", "entrypoint", "resources", "environment", "bundle_blob", "bundle_sha256", "replicas", "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout", "scheduling_timeout", "constraints", "coscheduling", "ports", "priority", "parent_job_id", "bundle_uri", "existing_job_policy")
+    __slots__ = ("name", "entrypoint", "resources", "environment", "bundle_blob", "bundle_sha256", "replicas", "max_retries_failure", "max_retries_preemption", "max_task_failures", "timeout", "scheduling_timeout", "constraints", "coscheduling", "ports", "priority", "parent_job_id", "bundle_uri", "existing_job_policy", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +236,7 @@ class LaunchJobRequest(_message.Message):
     PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_URI_FIELD_NUMBER: _ClassVar[int]
     EXISTING_JOB_POLICY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: Entrypoint
     resources: ResourceSpec
@@ -255,7 +256,8 @@ class LaunchJobRequest(_message.Message):
     parent_job_id: str
     bundle_uri: str
     existing_job_policy: ExistingJobPolicy
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentConfig, _Mapping]] = ..., bundle_blob: _Optional[bytes] = ..., bundle_sha256: _Optional[str] = ..., replicas: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., max_task_failures: _Optional[int] = ..., timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scheduling_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coscheduling: _Optional[_Union[CoschedulingConfig, _Mapping]] = ..., ports: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., parent_job_id: _Optional[str] = ..., bundle_uri: _Optional[str] = ..., existing_job_policy: _Optional[_Union[ExistingJobPolicy, str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., environment: _Optional[_Union[EnvironmentConfig, _Mapping]] = ..., bundle_blob: _Optional[bytes] = ..., bundle_sha256: _Optional[str] = ..., replicas: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., max_task_failures: _Optional[int] = ..., timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scheduling_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coscheduling: _Optional[_Union[CoschedulingConfig, _Mapping]] = ..., ports: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., parent_job_id: _Optional[str] = ..., bundle_uri: _Optional[str] = ..., existing_job_policy: _Optional[_Union[ExistingJobPolicy, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class DeleteJobRequest(_message.Message):
     __slots__ = ("job_id", "kill_running")

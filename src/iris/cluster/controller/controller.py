@@ -25,6 +25,7 @@ from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.scheduling_types import Resources
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
+from iris.cluster.controller.store_base import RequestAlreadyServedError
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
 from iris.time import now_ms
@@ -107,6 +108,11 @@ class Controller:
     # ------------------------------------------------------------ jobs
 
     async def launch_job(self, request: pb.LaunchJobRequest) -> str:
+        # A retry of a submission whose answer was lost gets the job the first one created.
+        if request.request_id:
+            served = self.store.job_for_request(request.request_id)
+            if served is not None:
+                return served
         job_id = job_id_for(request)
         if self.store.job_exists(job_id):
             action = decide_existing_job(job_id, request.existing_job_policy, self.store.job_status(job_id).state)
@@ -121,7 +127,12 @@ class Controller:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
         if request.parent_job_id:
             inherit_from_parent(request, self.store.request_for(request.parent_job_id))
-        self.core.create_job(job_id, request)
+        # One row per task: a big job takes a while to write, and the event loop must keep serving.
+        try:
+            effects = await asyncio.to_thread(self.store.create_job, job_id, request, now_ms())
+        except RequestAlreadyServedError as served:
+            return served.job_id  # a concurrent retry of the same submission got there first
+        self.apply_effects(effects)
         if self.autoscaler is not None:
             self.autoscaler.wake()
         return job_id
@@ -163,7 +174,7 @@ class Controller:
             await asyncio.sleep(SCHEDULING_COALESCE_S)
             self._schedule_event.clear()
             try:
-                self.core.run_scheduling_pass()
+                self.apply_effects(await asyncio.to_thread(self.core.schedule))
             except Exception:
                 logger.exception("scheduling pass failed")
 

@@ -105,11 +105,13 @@ class ControllerCore:
         return HeartbeatRound(plan, request, kills)
 
     def round_failed(self, heartbeat: HeartbeatRound, error: str) -> Effects:
-        """The RPC failed: its kills wait for the next round; the worker is unhealthy, then failed."""
+        """The RPC failed: its kills wait for the next round, the attempts it started are retried
+        under new ids; the worker is unhealthy, then failed."""
         worker_id = heartbeat.plan.worker_id
         self._kill_sets.setdefault(worker_id, set()).update(heartbeat.kills)
+        sent = [(run.task_id, run.attempt_id) for run in heartbeat.plan.to_run]
         effects = self.store.record_heartbeat_failure(
-            worker_id, error, self._clock(), self.settings.worker_timeout_ms
+            worker_id, error, self._clock(), self.settings.worker_timeout_ms, sent
         )
         self.apply(effects)
         return effects
@@ -146,16 +148,20 @@ class ControllerCore:
             self.request_heartbeat(worker["worker_id"])
 
     def run_scheduling_pass(self) -> Effects:
-        """Expire tasks past their scheduling timeout, then place what is pending."""
+        effects = self.schedule()
+        self.apply(effects)
+        return effects
+
+    def schedule(self) -> Effects:
+        """Expire tasks past their scheduling timeout, then place what is pending; the caller applies
+        the effects. Only the store is touched, so this may run off the event loop: a pass over a
+        hundred thousand pending tasks takes seconds."""
         now = self._clock()
         effects = self.store.expire_unschedulable(now)
-        self.apply(effects)
         demands, workers = self.store.scheduling_inputs()
         if demands:
             result = find_assignments(demands, workers)
-            placed = self.store.apply_assignments(result.assignments, result.pending_reasons, now)
-            self.apply(placed)
-            effects.merge(placed)
+            effects.merge(self.store.apply_assignments(result.assignments, result.pending_reasons, now))
         return effects
 
     def resume(self) -> None:

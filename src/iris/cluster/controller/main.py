@@ -22,6 +22,7 @@ from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.dashboard import dashboard_routes
 from iris.cluster.controller.service import ControllerServiceImpl
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
@@ -60,6 +61,7 @@ class ControllerDaemon:
         scheduler_fallback_interval_s: float = SCHEDULER_FALLBACK_INTERVAL_S,
         cluster_config: config_pb2.IrisClusterConfig | None = None,
         config_path: str | None = None,
+        input_limits: InputLimits = DEFAULT_INPUT_LIMITS,
     ):
         if not bundle_prefix:
             raise ValueError(
@@ -88,7 +90,7 @@ class ControllerDaemon:
                 self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform), read_max_bytes=MAX_REQUEST_BYTES
+            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform, input_limits), read_max_bytes=MAX_REQUEST_BYTES
         )
         app = build_app(
             [service],

@@ -10,6 +10,8 @@ The rules that live here:
 - an attempt's end spends the failure budget (its own code failed) or the preemption budget (its
   worker was lost); a task with budget left goes back to PENDING, otherwise it ends;
 - an attempt the worker never received is lost at no cost to either budget;
+- an attempt id is delivered at most once: one sent in a heartbeat whose answer was lost is never
+  sent again; its task is retried under a new attempt id, and the old one is killed if it ran;
 - an expected attempt the worker no longer reports was lost with the worker's state (restart);
 - a reported attempt the controller does not want (unknown, killed, moved) is killed;
 - a gang member going back to PENDING takes its running siblings with it (killed, not charged);
@@ -400,6 +402,24 @@ def on_heartbeat(
         if not wanted:
             rec.out.unknown.append(key)
     return rec.out, rejected
+
+
+def on_delivery_unconfirmed(worker_id: str, sent: Sequence[AttemptRecord], snapshot: Snapshot) -> Decisions:
+    """A heartbeat carrying attempts to start got no answer, so the worker may or may not have
+    started them. Sending one again could run the same attempt id twice; instead each ends, at no
+    cost to a budget, and its task is retried as a new attempt. Should the worker have started it,
+    its next report names an attempt nobody wants, and it is killed."""
+    rec = _Reconciler(snapshot)
+    for attempt in sent:
+        if attempt.state in ACTIVE_ATTEMPT_STATES and not attempt.delivered:
+            rec.end_attempt(
+                attempt.key,
+                pb.TASK_STATE_WORKER_FAILED,
+                KILLED_EXIT_CODE,
+                f"the heartbeat starting attempt {attempt.attempt_id} on worker {worker_id} got no answer",
+                charge=False,
+            )
+    return rec.out
 
 
 def on_worker_lost(

@@ -191,6 +191,11 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
         last_attempt INTEGER NOT NULL
     );
     """,
+    # 8: the client's request id of each LaunchJob, so a retried submission finds its job
+    """
+    ALTER TABLE jobs ADD COLUMN request_id TEXT;
+    CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;
+    """,
 ]
 
 

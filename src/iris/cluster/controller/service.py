@@ -23,6 +23,7 @@ from iris.cluster.controller.existing_jobs import JobNameTakenError
 from iris.cluster.controller.launch import validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.controller.store_reads import JOB_ORDER_SQL, JobFilters
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits, check_launch_limits, check_worker_id, parse_page_token
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.cluster.types import normalize_job_id
 from iris.rpc import cluster_pb2 as pb
@@ -72,8 +73,15 @@ def _job_id(text: str) -> str:
 
 
 class ControllerServiceImpl:
-    def __init__(self, controller: Controller, max_bundle_bytes: int, platform: Platform | None = None):
+    def __init__(
+        self,
+        controller: Controller,
+        max_bundle_bytes: int,
+        platform: Platform | None = None,
+        limits: InputLimits = DEFAULT_INPUT_LIMITS,
+    ):
         self._controller = controller
+        self._limits = limits
         self._store = controller.store
         self._max_bundle_bytes = max_bundle_bytes
         self._platform = platform
@@ -88,6 +96,8 @@ class ControllerServiceImpl:
 
     @_rpc
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
+        # Limits first: no later check may echo, or work in proportion to, an oversized field.
+        check_launch_limits(request, self._limits)
         validate_launch_request(request, self._max_bundle_bytes)
         job_id = await self._controller.launch_job(request)
         return pb.LaunchJobResponse(job_id=job_id)
@@ -101,10 +111,7 @@ class ControllerServiceImpl:
         page_size = request.page_size or DEFAULT_PAGE_SIZE
         if not 0 < page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
-        try:
-            offset = int(request.page_token or 0)
-        except ValueError:
-            raise ValueError(f"invalid page_token {request.page_token!r}") from None
+        offset = parse_page_token(request.page_token)
         prefix = request.name_prefix
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
@@ -155,8 +162,9 @@ class ControllerServiceImpl:
 
     @_rpc
     async def register(self, request: pb.RegisterRequest, ctx) -> pb.RegisterResponse:
-        if not request.worker_id or not request.address:
-            raise ValueError("worker_id and address are required")
+        check_worker_id(request.worker_id)
+        if not request.address:
+            raise ValueError("address is required")
         self._controller.register_worker(request.worker_id, request.address, request.metadata)
         interval = time_pb2.Duration(milliseconds=int(self._controller.settings.heartbeat_interval_s * 1000))
         return pb.RegisterResponse(worker_id=request.worker_id, heartbeat_interval=interval)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sqlite3
+from collections.abc import Sequence
 
 from iris.cluster.controller import reconcile
 from iris.cluster.controller.dispatch import run_request
@@ -50,6 +51,7 @@ from iris.cluster.controller.store_base import (
     HeartbeatPlan,
     JobExistsError,
     NotFoundError,
+    RequestAlreadyServedError,
     attempt_record,
     worker_metadata,
 )
@@ -65,6 +67,10 @@ class ControllerStore(StoreReads):
         stored.ClearField("bundle_blob")
         num_tasks = max(1, request.replicas)
         with self._write("launch_job", job_id) as db:
+            if request.request_id:
+                served = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request.request_id,)).fetchone()
+                if served is not None:
+                    raise RequestAlreadyServedError(served["job_id"])
             existing = db.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             if existing is not None:
                 raise JobExistsError(
@@ -87,7 +93,7 @@ class ControllerStore(StoreReads):
             # A job and its tasks are born PENDING; their history starts with their first move.
             db.execute(
                 "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
-                " root_submitted_at_ms) VALUES (?,?,?,?,?,?,?,?)",
+                " root_submitted_at_ms, request_id) VALUES (?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     request.parent_job_id or None,
@@ -97,6 +103,7 @@ class ControllerStore(StoreReads):
                     request.priority,
                     now_ms,
                     root_submitted_ms,
+                    request.request_id or None,
                 ),
             )
             previous = {
@@ -125,6 +132,12 @@ class ControllerStore(StoreReads):
         with self._lock:
             self._remember_request(job_id, stored)
         return Effects(wake_scheduler=True)
+
+    def job_for_request(self, request_id: str) -> str | None:
+        """The job a LaunchJob with this request id created, if it still exists."""
+        with self._read() as db:
+            row = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request_id,)).fetchone()
+        return row["job_id"] if row else None
 
     def job_exists(self, job_id: str) -> bool:
         with self._read() as db:
@@ -482,11 +495,23 @@ class ControllerStore(StoreReads):
         return tails
 
     def record_heartbeat_failure(
-        self, worker_id: str, error: str, now_ms: int, worker_timeout_ms: int
+        self,
+        worker_id: str,
+        error: str,
+        now_ms: int,
+        worker_timeout_ms: int,
+        sent: Sequence[AttemptKey] = (),
     ) -> Effects:
-        """A heartbeat RPC failed: mark the worker unhealthy, and failed once it is past its timeout."""
+        """A heartbeat RPC failed: the attempts it was `sent` to start are retried as new attempts
+        (an attempt id is delivered at most once); the worker is unhealthy, and failed once it is
+        past its timeout."""
         effects = Effects()
         with self._write("heartbeat_failed", worker_id) as db:
+            if sent:
+                snapshot = self._snapshot(sent)
+                attempts = [snapshot.attempts[key] for key in sent if key in snapshot.attempts]
+                self._persist(reconcile.on_delivery_unconfirmed(worker_id, attempts, snapshot), now_ms, effects)
+                effects.wake_scheduler = True
             worker = db.execute("SELECT * FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
             if worker is None or worker["state"] not in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
                 return effects

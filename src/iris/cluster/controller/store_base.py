@@ -75,6 +75,14 @@ class JobExistsError(ValueError):
     pass
 
 
+class RequestAlreadyServedError(Exception):
+    """A LaunchJob whose request id already created a job: the retry gets that job."""
+
+    def __init__(self, job_id: str):
+        super().__init__(job_id)
+        self.job_id = job_id
+
+
 class NotFoundError(KeyError):
     def __str__(self) -> str:
         return str(self.args[0])

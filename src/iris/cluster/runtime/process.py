@@ -7,7 +7,9 @@ are not enforced because there is nothing to isolate them with.
 
 State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
 labels) lets a later worker process find and kill what this one left running, next to
-`stdout.log`, `stderr.log` and `build.log`.
+`stdout.log`, `stderr.log` and `build.log`. `meta.json` is written before anything is forked, and
+every process of a container carries its id in the environment (CONTAINER_MARKER_ENV), so a
+worker killed between fork and recording the pid still leaves processes a later one can find.
 """
 
 from __future__ import annotations
@@ -102,8 +104,12 @@ def _base_env() -> dict[str, str]:
     return env
 
 
-def _container_env(config: ContainerConfig) -> dict[str, str]:
-    env = {**_base_env(), **config.env}
+# Inherited by every process a container starts; names the container whose processes they are.
+CONTAINER_MARKER_ENV = "IRIS_PROCESS_CONTAINER_ID"
+
+
+def _container_env(config: ContainerConfig, container_id: str) -> dict[str, str]:
+    env = {**_base_env(), **config.env, CONTAINER_MARKER_ENV: container_id}
     if config.pip_packages:
         packages = str(config.workdir / PACKAGES_DIRNAME)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (packages, config.env.get("PYTHONPATH", "")) if p)
@@ -201,7 +207,7 @@ class ProcessContainerHandle:
         self._config = config
         self._record_dir = record_dir
         self._on_cleanup = on_cleanup
-        self._env = _container_env(config)
+        self._env = _container_env(config, container_id)
         self._lock = threading.Lock()
         # Held while signalling or reaping, so a signal never reaches a recycled pid/pgid: the
         # group leader stays a zombie (pid reserved) until the whole group has been killed.
@@ -532,6 +538,18 @@ def _kill_leftover_group(pid: int, create_time: float) -> None:
         time.sleep(0.01)
 
 
+def _kill_marked_processes(container_ids: set[str]) -> None:
+    """SIGKILL every process whose environment names one of these containers."""
+    if not container_ids:
+        return
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(CONTAINER_MARKER_ENV) in container_ids:
+                proc.kill()
+        except (psutil.Error, OSError):
+            continue  # gone, or another user's process, which no container of ours can be
+
+
 class ProcessRuntime:
     name = "process"
 
@@ -558,7 +576,7 @@ class ProcessRuntime:
         """
         with self._lock:
             live = set(self._live)
-        removed = 0
+        leftovers: list[Path] = []
         for record_dir in sorted(self._containers_dir.iterdir()):
             if record_dir.name in live or not record_dir.is_dir():
                 continue
@@ -568,9 +586,13 @@ class ProcessRuntime:
                 meta = {}
             if meta.get("pid") is not None and meta.get("create_time") is not None:
                 _kill_leftover_group(meta["pid"], meta["create_time"])
+            leftovers.append(record_dir)
+        # Also processes of a container whose pid was never recorded (the worker died right after
+        # forking) and any that left its process group.
+        _kill_marked_processes({record_dir.name for record_dir in leftovers})
+        for record_dir in leftovers:
             shutil.rmtree(record_dir, ignore_errors=True)
-            removed += 1
-        return removed
+        return len(leftovers)
 
     def _forget(self, container_id: str) -> None:
         with self._lock:

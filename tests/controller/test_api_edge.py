@@ -1,0 +1,208 @@
+"""Hostile and extreme requests against a real controller over HTTP: each is refused with a clear,
+short reason and the controller keeps serving."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.limits import InputLimits
+from iris.cluster.types import Entrypoint
+from iris.client import IrisClient
+
+SERVICE = "iris.cluster.ControllerService"
+
+
+@pytest.fixture(scope="module")
+def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root: Path = tmp_path_factory.mktemp("api-edge")
+    daemon = ControllerDaemon(state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0)
+    daemon.start_in_thread()
+    try:
+        yield daemon.url
+    finally:
+        daemon.stop()
+
+
+def _call(url: str, method: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/{SERVICE}/{method}", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("token", ["99999999999999999999", "-1", "garbage", "1e3", "١٢"])
+def test_list_jobs_out_of_range_page_token_is_invalid_argument(controller_url: str, token: str) -> None:
+    response = _call(controller_url, "ListJobs", {"pageToken": token})
+
+    assert response.status_code == 400, response.text
+    assert response.json()["code"] == "invalid_argument"
+    assert "next_page_token" in response.json()["message"]
+
+
+def test_list_jobs_valid_page_token_past_the_end_returns_an_empty_page(controller_url: str) -> None:
+    response = _call(controller_url, "ListJobs", {"pageToken": "999999999999999999"})
+
+    assert response.status_code == 200, response.text
+    assert response.json().get("jobs", []) == []
+
+
+@pytest.mark.parametrize("worker_id", ["bad\u0000id", "has space", "x" * 300, "slash/in/it"])
+def test_register_invalid_worker_id_is_refused_with_a_short_quote(controller_url: str, worker_id: str) -> None:
+    response = _call(controller_url, "Register", {"workerId": worker_id, "address": "http://127.0.0.1:1"})
+
+    assert response.status_code == 400, response.text
+    assert "invalid worker_id" in response.json()["message"]
+    assert len(response.json()["message"]) < 300
+    listed = _call(controller_url, "ListWorkers", {}).json().get("workers", [])
+    assert worker_id not in [w["workerId"] for w in listed]
+
+
+def test_launch_job_huge_job_id_error_quotes_only_a_prefix(controller_url: str) -> None:
+    huge_name = "bad name " + "x" * (8 << 20)
+
+    response = _call(
+        controller_url,
+        "GetJobStatus",
+        {"jobId": huge_name},
+    )
+
+    assert response.status_code == 400, response.text
+    assert len(response.content) < 1000
+    assert "bad name" in response.json()["message"]
+
+
+def _command_job(name: str, replicas: int) -> dict:
+    return {
+        "name": name,
+        "replicas": replicas,
+        "entrypoint": {"command": {"argv": ["true"]}},
+        "resources": {"cpuMillicores": "1000", "memoryBytes": str(1 << 30)},
+    }
+
+
+def test_launch_job_max_int32_replicas_is_refused_at_once(controller_url: str) -> None:
+    response = _call(controller_url, "LaunchJob", _command_job("too-many", 2**31 - 1))
+
+    assert response.status_code == 400, response.text
+    assert response.elapsed.total_seconds() < 1
+    assert "replicas must be between 0 and 10000" in response.json()["message"]
+    assert _call(controller_url, "GetJobStatus", {"jobId": "/too-many"}).json()["code"] == "not_found"
+
+
+def test_launch_job_of_100000_tasks_keeps_health_answering(tmp_path: Path) -> None:
+    daemon = ControllerDaemon(
+        state_dir=tmp_path / "state",
+        bundle_prefix=f"file://{tmp_path}/bundles",
+        input_limits=InputLimits(max_replicas=100_000),
+    )
+    daemon.start_in_thread()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            launch = pool.submit(_call, daemon.url, "LaunchJob", _command_job("wide", 100_000))
+            slowest = 0.0
+            with httpx.Client(timeout=10) as http:
+                while not launch.done():
+                    started = time.monotonic()
+                    assert http.get(f"{daemon.url}/health").status_code == 200
+                    slowest = max(slowest, time.monotonic() - started)
+            response = launch.result()
+
+        assert response.status_code == 200, response.text
+        assert slowest < 1.0, f"/health took {slowest:.2f}s while the job was created"
+        status = _call(daemon.url, "GetJobStatus", {"jobId": "/wide"}).json()
+        assert status["job"]["numTasks"] == 100_000
+    finally:
+        daemon.stop()
+
+
+def test_launch_job_same_request_id_twice_returns_the_first_job(controller_url: str) -> None:
+    body = {**_command_job("", 1), "requestId": "retry-me-1"}
+    del body["name"]
+
+    first = _call(controller_url, "LaunchJob", body)
+    second = _call(controller_url, "LaunchJob", body)
+
+    assert first.status_code == second.status_code == 200, (first.text, second.text)
+    assert first.json()["jobId"] == second.json()["jobId"]
+    listed = _call(controller_url, "ListJobs", {"pageSize": 1000}).json().get("jobs", [])
+    assert [j["jobId"] for j in listed].count(first.json()["jobId"]) == 1
+    assert sum(1 for j in listed if j["jobId"].startswith("/job-")) == 1
+
+
+class AnswerDroppingProxy:
+    """Forwards HTTP requests to the controller, but after forwarding the first request whose path
+    contains `drop_path` it closes the connection instead of sending the answer back."""
+
+    def __init__(self, upstream_port: int, drop_path: bytes):
+        self._upstream_port = upstream_port
+        self._drop_path = drop_path
+        self.dropped = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    @staticmethod
+    def _read_message(sock: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        headers = {}
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip().lower()
+        if headers.get(b"transfer-encoding") == b"chunked":
+            while not body.endswith(b"0\r\n\r\n"):
+                body += sock.recv(65536)
+        length = int(headers.get(b"content-length", b"0"))
+        while len(body) < length:
+            body += sock.recv(65536)
+        return head + b"\r\n\r\n" + body
+
+    def _serve(self, client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", self._upstream_port)) as upstream:
+            while True:
+                request = self._read_message(client)
+                if not request:
+                    return
+                upstream.sendall(request)
+                answer = self._read_message(upstream)
+                if self._drop_path in request.split(b"\r\n", 1)[0] and self.dropped == 0:
+                    self.dropped += 1
+                    return
+                client.sendall(answer)
+
+
+def test_client_submit_whose_answer_is_lost_retries_into_the_same_job(controller_url: str, tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("print('hello')\n")
+    proxy = AnswerDroppingProxy(int(controller_url.rsplit(":", 1)[1]), b"/LaunchJob")
+    try:
+        with IrisClient.remote(proxy.url) as client:
+            before = {j.job_id for j in client.list_jobs()}
+            job = client.submit(Entrypoint.from_command("true"), workspace=tmp_path)
+            created = {j.job_id for j in client.list_jobs()} - before
+    finally:
+        proxy.close()
+
+    assert proxy.dropped == 1
+    assert created == {job.job_id}
