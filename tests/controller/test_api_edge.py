@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from iris.client import IrisClient
 from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.limits import InputLimits
 from iris.cluster.types import Entrypoint
-from iris.client import IrisClient
 
 SERVICE = "iris.cluster.ControllerService"
 

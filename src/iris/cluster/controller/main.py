@@ -22,10 +22,10 @@ from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.dashboard import dashboard_routes
 from iris.cluster.controller.service import ControllerServiceImpl
-from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name

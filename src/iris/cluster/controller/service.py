@@ -23,7 +23,13 @@ from iris.cluster.controller.existing_jobs import JobNameTakenError
 from iris.cluster.controller.launch import validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.controller.store_reads import JOB_ORDER_SQL, JobFilters
-from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits, check_launch_limits, check_worker_id, parse_page_token
+from iris.cluster.limits import (
+    DEFAULT_INPUT_LIMITS,
+    InputLimits,
+    check_launch_limits,
+    check_worker_id,
+    parse_page_token,
+)
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.cluster.types import normalize_job_id
 from iris.rpc import cluster_pb2 as pb
