@@ -214,10 +214,16 @@ class StoreReads(StoreBase):
                 [*params, limit, offset],
             ).fetchall()
             jobs = [render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows]
+            ids = [job.job_id for job in jobs]
+            children = dict(
+                db.execute(
+                    f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
+                    " GROUP BY parent_job_id",
+                    ids,
+                ).fetchall()
+            ) if ids else {}
             for job in jobs:
-                job.num_children = db.execute(
-                    "SELECT COUNT(*) FROM jobs WHERE parent_job_id=?", (job.job_id,)
-                ).fetchone()[0]
+                job.num_children = children.get(job.job_id, 0)
             return jobs, total
 
     def job_request(self, job_id: str) -> pb.LaunchJobRequest:
