@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import Gcloud
 from fakes.gcp import FakeGcp
+from fakes.gcp.gcloud import Gcloud
 from fakes.gcp.tpu import NodeState
 
 from iris.time import wait_until

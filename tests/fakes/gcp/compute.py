@@ -52,6 +52,18 @@ def fingerprint() -> str:
     return base64.b64encode(os.urandom(8)).decode()
 
 
+def same_fingerprint(quoted: object, current: str) -> bool:
+    """Fingerprints are bytes: clients may send them back in base64 or its URL-safe form (gcloud does)."""
+    if not isinstance(quoted, str):
+        return False
+    try:
+        return base64.urlsafe_b64decode(quoted.replace("+", "-").replace("/", "_")) == base64.b64decode(
+            current
+        )
+    except ValueError:
+        return False
+
+
 def metadata_items(body: dict[str, Any] | None) -> dict[str, str]:
     return {str(item["key"]): str(item.get("value", "")) for item in (body or {}).get("items") or []}
 
@@ -69,7 +81,7 @@ class Metadata:
 
     def replace(self, body: dict[str, Any]) -> None:
         """setMetadata semantics: the quoted fingerprint must be current; the items replace all."""
-        if body.get("fingerprint") != self.fingerprint:
+        if not same_fingerprint(body.get("fingerprint"), self.fingerprint):
             raise ApiError(
                 412,
                 "Supplied fingerprint does not match current metadata fingerprint.",
@@ -366,7 +378,7 @@ class ComputeApi:
 
     def set_labels(self, zone: str, name: str, query: dict[str, str], body: Any) -> dict[str, Any]:
         instance = self._instance(zone, name)
-        if body.get("labelFingerprint") != instance.label_fingerprint:
+        if not same_fingerprint(body.get("labelFingerprint"), instance.label_fingerprint):
             raise ApiError(
                 412,
                 "Labels fingerprint either invalid or resource labels have changed",
