@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fakes.gcp import FakeGcp
 from fakes.gcp.gcloud import Gcloud
 
 ZONE = "europe-west4-a"
+OTHER_ZONE = "us-west4-a"
 IMAGE = ("--image-family=debian-12", "--image-project=debian-cloud")
 
 
@@ -34,16 +37,20 @@ def test_compute_instance_create_describe_list_delete_on_one_host(fake_gcp: Fake
     interface = vm["networkInterfaces"][0]
     assert interface["networkIP"] == interface["accessConfigs"][0]["natIP"] == host.address
     assert {"key": "iris-role", "value": "controller"} in vm["metadata"]["items"]
-    listed = gcloud.json("compute", "instances", "list", "--filter=labels.iris-cluster=c1")
-    assert [i["name"] for i in listed] == ["controller"]
+    everywhere = gcloud.json("compute", "instances", "list", "--filter=labels.iris-cluster=c1")
+    assert [i["name"] for i in everywhere] == ["controller"]
+    # Naming zones makes gcloud send one batch request of per-zone lists.
+    in_zones = gcloud.json("compute", "instances", "list", f"--zones={ZONE},{OTHER_ZONE}")
+    assert sorted(i["name"] for i in in_zones) == ["bystander", "controller"]
+    assert ("GET", f"/compute/v1/projects/{fake_gcp.project}/zones/{OTHER_ZONE}/instances") in fake_gcp.calls
     assert fake_gcp.free_hosts == free_before - 2
 
     gcloud.ok("compute", "instances", "delete", "controller", f"--zone={ZONE}", "--quiet")
     assert [i.name for i in fake_gcp.instances()] == ["bystander"] and fake_gcp.free_hosts == free_before - 1
 
 
-def test_compute_ssh_reaches_the_vm_host_and_metadata_and_labels_update(
-    fake_gcp: FakeGcp, gcloud: Gcloud
+def test_compute_ssh_and_scp_reach_the_vm_host_and_metadata_and_labels_update(
+    fake_gcp: FakeGcp, gcloud: Gcloud, tmp_path: Path
 ) -> None:
     _create(gcloud, "vm", "--labels=a=1")
     host = fake_gcp.instance("vm").host
@@ -55,6 +62,10 @@ def test_compute_ssh_reaches_the_vm_host_and_metadata_and_labels_update(
     assert f"inet {host.address}/" in out
     # gcloud put its key into the project's metadata, which every VM accepts.
     assert "ssh-rsa" in fake_gcp.compute.project_metadata()["ssh-keys"]
+    payload = tmp_path / "payload.txt"
+    payload.write_text("bootstrap\n")
+    gcloud.ok("compute", "scp", str(payload), "vm:/var/lib/iris/payload.txt", f"--zone={ZONE}")
+    assert host.host_path("/var/lib/iris/payload.txt").read_text() == "bootstrap\n"
 
     gcloud.ok(
         "compute",
