@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -21,6 +22,7 @@ from fakes.gcp.operations import (
     COMPUTE_WAIT_LIMIT_S,
     Operation,
     OperationError,
+    Outcome,
     compute_operation_json,
     numeric_id,
     timestamp,
@@ -196,7 +198,7 @@ class ComputeApi:
         return instance
 
     def _operation(
-        self, verb: str, target: str, target_id: str, zone: str | None, finish: Any
+        self, verb: str, target: str, target_id: str, zone: str | None, finish: Callable[[], Outcome]
     ) -> dict[str, Any]:
         operation = self.fake.operations.start(
             "compute", verb, target, target_id, zone, self.fake.operation_delay, finish, self.fake.project
