@@ -29,8 +29,12 @@ def create_platform(
         from iris.cluster.platform.manual import ManualPlatform
 
         return ManualPlatform(config)
+    if which == "gcp":
+        from iris.cluster.platform.gcp import GcpPlatform
+
+        return GcpPlatform(config)
     if which is None:
         raise PlatformError("the cluster config names no platform: set platform.local, gcp, manual or coreweave")
     raise PlatformError(
-        f"the {which} platform is not available in this version of Iris; the local and manual platforms are"
+        f"the {which} platform is not available in this version of Iris; the local, manual and gcp platforms are"
     )
