@@ -28,10 +28,6 @@ DEFAULT_CONTROLLER_PORT = 10000
 DEFAULT_WORKER_PORT = 10001
 DEFAULT_STATE_ROOT = "~/.iris"
 DEFAULT_CACHE_DIR = "/var/cache/iris"
-DEFAULT_CONTROLLER_SERVICE_NAME = "iris-controller-svc"
-DEFAULT_COREWEAVE_NAMESPACE = "iris"
-DEFAULT_GCP_MACHINE_TYPE = "n2-standard-4"
-DEFAULT_GCP_BOOT_DISK_SIZE_GB = 50
 
 DEFAULT_BOOT_TIMEOUT = Duration.from_seconds(300)
 DEFAULT_INIT_TIMEOUT = Duration.from_seconds(600)
@@ -48,8 +44,6 @@ DEFAULT_EVALUATION_INTERVAL = Duration.from_seconds(10)
 DEFAULT_SCALE_UP_DELAY = Duration.from_seconds(60)
 DEFAULT_SCALE_DOWN_DELAY = Duration.from_seconds(300)
 DEFAULT_STARTUP_GRACE_PERIOD = Duration.from_seconds(600)
-# CoreWeave bare-metal nodes take 20-30 minutes to provision before a Pod can even pull its image.
-DEFAULT_COREWEAVE_STARTUP_GRACE_PERIOD = Duration.from_seconds(2400)
 DEFAULT_QUOTA_BACKOFF = Duration.from_seconds(300)
 DEFAULT_FAILURE_BACKOFF_MAX = Duration.from_seconds(600)
 
@@ -57,7 +51,7 @@ DEFAULT_MIN_SLICES = 0
 DEFAULT_MAX_SLICES = 1
 DEFAULT_NUM_VMS = 1
 
-PLATFORMS = ("gcp", "manual", "local", "coreweave")
+DEFAULT_RUNTIME = "docker"
 RUNTIMES = frozenset({"process", "docker", "containerd", "kubernetes"})
 STORAGE_SCHEMES = ("file://", "s3://", "gs://")
 
@@ -497,18 +491,31 @@ def _absolute_path(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+def state_dir_of(config: config_pb2.IrisClusterConfig) -> str:
+    """Where the cluster keeps its local state: the local controller's state_dir, else the
+    default for the cluster's name. Works on a config before or after `apply_defaults`."""
+    if config.controller.HasField("local") and config.controller.local.state_dir:
+        return _absolute_path(config.controller.local.state_dir)
+    return default_state_dir(config.name or DEFAULT_CLUSTER_NAME)
+
+
 def apply_defaults(config: config_pb2.IrisClusterConfig) -> config_pb2.IrisClusterConfig:
-    """A copy of `config` with every unset field that has a default filled in."""
+    """A copy of `config` with every unset field that has a default filled in.
+
+    The provider's own defaults go first, so where it differs from a shared default (a longer
+    startup grace on slow-provisioning clouds, the process runtime locally) its value stands.
+    """
+    from iris.cluster.platform.factory import provider_for
+
     resolved = config_pb2.IrisClusterConfig()
     resolved.CopyFrom(config)
-    platform = resolved.platform.WhichOneof("platform")
-
     if not resolved.name:
         resolved.name = DEFAULT_CLUSTER_NAME
     if not resolved.platform.label_prefix:
         resolved.platform.label_prefix = DEFAULT_LABEL_PREFIX
-    if platform == "coreweave" and not resolved.platform.coreweave.namespace:
-        resolved.platform.coreweave.namespace = DEFAULT_COREWEAVE_NAMESPACE
+    provider = provider_for(resolved.platform.WhichOneof("platform"))
+    if provider is not None:
+        provider.apply_defaults(resolved)
 
     _default_durations(
         resolved.defaults.timeouts,
@@ -530,33 +537,21 @@ def apply_defaults(config: config_pb2.IrisClusterConfig) -> config_pb2.IrisClust
         evaluation_interval=DEFAULT_EVALUATION_INTERVAL,
         scale_up_delay=DEFAULT_SCALE_UP_DELAY,
         scale_down_delay=DEFAULT_SCALE_DOWN_DELAY,
-        startup_grace_period=(
-            DEFAULT_COREWEAVE_STARTUP_GRACE_PERIOD
-            if platform == "coreweave"
-            else DEFAULT_STARTUP_GRACE_PERIOD
-        ),
+        startup_grace_period=DEFAULT_STARTUP_GRACE_PERIOD,
         quota_backoff=DEFAULT_QUOTA_BACKOFF,
         failure_backoff_max=DEFAULT_FAILURE_BACKOFF_MAX,
     )
 
-    _default_controller(resolved, platform)
-    state_dir = (
-        resolved.controller.local.state_dir
-        if resolved.controller.HasField("local")
-        else default_state_dir(resolved.name)
-    )
+    if resolved.controller.HasField("local"):
+        # Port 0 is meaningful for a local controller (pick a free port), so it is not defaulted.
+        resolved.controller.local.state_dir = state_dir_of(resolved)
 
     bootstrap = resolved.defaults.bootstrap
     bootstrap.worker_port = bootstrap.worker_port or DEFAULT_WORKER_PORT
-    bootstrap.runtime = bootstrap.runtime or ("process" if platform == "local" else "docker")
-    # Local workers run as the user, who usually cannot write to /var/cache.
-    bootstrap.cache_dir = bootstrap.cache_dir or (
-        os.path.join(state_dir, "cache") if platform == "local" else DEFAULT_CACHE_DIR
-    )
+    bootstrap.runtime = bootstrap.runtime or DEFAULT_RUNTIME
+    bootstrap.cache_dir = bootstrap.cache_dir or DEFAULT_CACHE_DIR
 
     storage = resolved.storage
-    if platform == "local" and not storage.bundle_prefix:
-        storage.bundle_prefix = f"file://{os.path.join(state_dir, 'bundles')}"
     if storage.bundle_prefix and not storage.log_prefix:
         storage.log_prefix = default_log_prefix(storage.bundle_prefix)
 
@@ -583,45 +578,31 @@ def _default_durations(message: Message, **defaults: Duration) -> None:
             getattr(message, field_name).CopyFrom(default.to_proto())
 
 
-def _default_controller(config: config_pb2.IrisClusterConfig, platform: str | None) -> None:
-    controller = config.controller
-    kind = controller.WhichOneof("controller")
-    if kind is None and platform == "local":
-        controller.local.port = DEFAULT_CONTROLLER_PORT
-        kind = "local"
-    if kind == "local":
-        # Port 0 is meaningful for a local controller (pick a free port), so it is not defaulted.
-        controller.local.state_dir = _absolute_path(
-            controller.local.state_dir or default_state_dir(config.name)
-        )
-    elif kind == "gcp":
-        controller.gcp.port = controller.gcp.port or DEFAULT_CONTROLLER_PORT
-        controller.gcp.machine_type = controller.gcp.machine_type or DEFAULT_GCP_MACHINE_TYPE
-        controller.gcp.boot_disk_size_gb = controller.gcp.boot_disk_size_gb or DEFAULT_GCP_BOOT_DISK_SIZE_GB
-    elif kind == "manual":
-        controller.manual.port = controller.manual.port or DEFAULT_CONTROLLER_PORT
-    elif kind == "coreweave":
-        controller.coreweave.port = controller.coreweave.port or DEFAULT_CONTROLLER_PORT
-        controller.coreweave.service_name = (
-            controller.coreweave.service_name or DEFAULT_CONTROLLER_SERVICE_NAME
-        )
-
-
 # ---------------------------------------------------------------- validation
 
 
 def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config>") -> None:
     """Raise ConfigError for the first problem found; expects `apply_defaults` to have run."""
+    from iris.cluster.platform.factory import PROVIDERS, provider_for
+
     platform = config.platform.WhichOneof("platform")
-    if platform is None:
+    provider = provider_for(platform)
+    if provider is None:
         raise ConfigError(
-            source, "platform", f"no platform chosen; set exactly one of {', '.join(PLATFORMS)}"
+            source, "platform", f"no platform chosen; set exactly one of {', '.join(PROVIDERS)}"
         )
 
     for name, group in config.scale_groups.items():
-        _validate_scale_group(source, f"scale_groups.{name}", name, group, platform)
-    _validate_controller(source, config, platform)
-    _validate_storage(source, config.storage, platform)
+        _validate_scale_group(source, f"scale_groups.{name}", name, group, provider.name)
+    kind = config.controller.WhichOneof("controller")
+    # A local controller may drive any platform: that is how a cluster is debugged from a laptop.
+    if kind not in (None, "local", provider.name):
+        raise ConfigError(
+            source, "controller", f"is a '{kind}' controller but the cluster platform is '{provider.name}'"
+        )
+    for key_path, problem in provider.config_problems(config):
+        raise ConfigError(source, key_path, problem)
+    _validate_storage(source, config.storage, provider.name)
 
     runtime = config.defaults.bootstrap.runtime
     if runtime and runtime not in RUNTIMES:
@@ -676,76 +657,12 @@ def _validate_scale_group(
         raise ConfigError(
             source, template_path, f"is a '{kind}' slice but the cluster platform is '{platform}'"
         )
-    if kind == "gcp":
-        if not template.gcp.zone and not group.zones:
-            raise ConfigError(
-                source,
-                f"{template_path}.gcp.zone",
-                "GCP slices need a zone; set slice_template.gcp.zone or the group's zones list",
-            )
-        if not template.accelerator_variant:
-            raise ConfigError(
-                source,
-                f"{template_path}.accelerator_variant",
-                "GCP slices need the TPU type to create, e.g. 'v5litepod-16'",
-            )
-    elif kind == "manual":
-        hosts = template.manual.hosts
-        if not hosts:
-            raise ConfigError(source, f"{template_path}.manual.hosts", "manual slices need at least one host")
-        needed = group.max_slices * template.num_vms
-        if needed > len(hosts):
-            raise ConfigError(
-                source,
-                f"{template_path}.manual.hosts",
-                f"max_slices ({group.max_slices}) x num_vms ({template.num_vms}) needs {needed} hosts, "
-                f"but only {len(hosts)} are listed",
-            )
-    elif kind == "coreweave" and not template.coreweave.instance_type:
-        raise ConfigError(
-            source,
-            f"{template_path}.coreweave.instance_type",
-            "CoreWeave slices need an instance_type, e.g. 'gd-8xh100ib-i128'",
-        )
-
-
-def _validate_controller(source: str, config: config_pb2.IrisClusterConfig, platform: str) -> None:
-    controller = config.controller
-    kind = controller.WhichOneof("controller")
-    # A local controller may drive any platform: that is how a cluster is debugged from a laptop.
-    if kind not in (None, "local", platform):
-        raise ConfigError(
-            source, "controller", f"is a '{kind}' controller but the cluster platform is '{platform}'"
-        )
-    if kind == "gcp" and not controller.gcp.zone:
-        raise ConfigError(
-            source, "controller.gcp.zone", "the controller VM needs a zone, e.g. 'europe-west4-a'"
-        )
-    if kind == "manual" and not controller.manual.host:
-        raise ConfigError(source, "controller.manual.host", "name the host that runs the controller")
-    if kind == "coreweave":
-        group = controller.coreweave.scale_group
-        groups = sorted(config.scale_groups)
-        defined = ", ".join(groups) if groups else "none"
-        if not group:
-            raise ConfigError(
-                source,
-                "controller.coreweave.scale_group",
-                f"required: name the scale group whose nodes host the controller (defined groups: {defined})",
-            )
-        if group not in config.scale_groups:
-            close = difflib.get_close_matches(group, groups, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(
-                source,
-                "controller.coreweave.scale_group",
-                f"'{group}' is not a scale group; {hint}(defined groups: {defined})",
-            )
 
 
 def _validate_storage(source: str, storage: config_pb2.StorageConfig, platform: str) -> None:
     allowed = ", ".join(STORAGE_SCHEMES)
-    if not storage.bundle_prefix and platform != "local":
+    # A provider whose workers share this machine's filesystem defaults the prefix to a local path.
+    if not storage.bundle_prefix:
         raise ConfigError(
             source,
             "storage.bundle_prefix",

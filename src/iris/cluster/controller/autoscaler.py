@@ -543,7 +543,9 @@ class Autoscaler:
         """Create one slice, trying the group's zones in order; its id, or None when none would take it."""
         now = self._clock()
         for zone in group.available_zones(now):
-            config = prepare_slice_config(group.config.slice_template, group.name, self._labels.prefix, zone)
+            config = prepare_slice_config(
+                group.config.slice_template, group.name, self._labels.prefix, zone, group.provider
+            )
             try:
                 handle = self._platform.create_slice(config, self._bootstrap_config())
             except QuotaExhaustedError as exc:

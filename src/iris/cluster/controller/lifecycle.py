@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from iris.cluster.platform.base import Labels, Platform, PlatformError, StandaloneWorkerHandle
-from iris.config import apply_defaults, default_state_dir
+from iris.config import state_dir_of
 from iris.rpc import config_pb2
 from iris.time import wait_until
 
@@ -40,10 +40,7 @@ class ControllerInfo:
 
 
 def local_state_dir(config: config_pb2.IrisClusterConfig) -> Path:
-    resolved = apply_defaults(config)
-    if resolved.controller.HasField("local") and resolved.controller.local.state_dir:
-        return Path(resolved.controller.local.state_dir)
-    return Path(default_state_dir(resolved.name))
+    return Path(state_dir_of(config))
 
 
 def _labels(config: config_pb2.IrisClusterConfig) -> Labels:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 from iris.cluster.controller.scheduler import constraint_holds
 from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand
+from iris.cluster.platform.base import PlatformProvider, template_zone
+from iris.cluster.platform.factory import provider_for
 from iris.cluster.types import (
     ATTR_DEVICE_VARIANT,
-    ATTR_PREEMPTIBLE,
     ATTR_SCALE_GROUP,
     ATTR_ZONE,
     AttributeValue,
@@ -82,17 +83,17 @@ class ScalingGroup:
     def workers_per_slice(self) -> int:
         return max(1, self.config.slice_template.num_vms)
 
+    @property
+    def provider(self) -> PlatformProvider | None:
+        """The provider of the group's slice template (None for a template without a platform)."""
+        return provider_for(self.config.slice_template.WhichOneof("platform"))
+
     def zones(self) -> list[str]:
         """Zones in the order to try them: the group's list, else the template's own zone."""
         if self.config.zones:
             return list(self.config.zones)
-        template = self.config.slice_template
-        which = template.WhichOneof("platform")
-        if which == "gcp" and template.gcp.zone:
-            return [template.gcp.zone]
-        if which == "coreweave" and template.coreweave.region:
-            return [template.coreweave.region]
-        return [""]
+        provider = self.provider
+        return [template_zone(provider, self.config.slice_template) if provider else ""]
 
     def available_zones(self, now_ms: int) -> list[str]:
         return [z for z in self.zones() if self.blocked_zones.get(z, (0, ""))[0] <= now_ms]
@@ -118,12 +119,9 @@ class ScalingGroup:
         attributes: dict[str, AttributeValue] = {ATTR_SCALE_GROUP: self.name}
         if zone:
             attributes[ATTR_ZONE] = zone
-        template = self.config.slice_template
-        if template.WhichOneof("platform") == "gcp":
-            attributes[ATTR_PREEMPTIBLE] = str(template.gcp.preemptible).lower()
-        if template.WhichOneof("platform") == "local":
-            attributes[ATTR_ZONE] = "local"
-            attributes.update(template.local.attributes)
+        provider = self.provider
+        if provider is not None:
+            attributes.update(provider.worker_attributes(self.config.slice_template))
         device = self.worker_device()
         if device is not None:
             attributes[ATTR_DEVICE_VARIANT] = device.variant

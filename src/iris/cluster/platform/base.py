@@ -17,8 +17,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from iris.cluster.types import AttributeValue
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp
 
@@ -153,6 +155,56 @@ class Platform(Protocol):
         ...
 
 
+# ---------------------------------------------------------------- providers
+
+
+@runtime_checkable
+class PlatformProvider(Protocol):
+    """Everything shared code needs to know about one provider, so that it never branches on
+    platform names. Each provider module defines one; `factory.PROVIDERS` maps the config's
+    platform oneof to it."""
+
+    @property
+    def name(self) -> str:
+        """The provider's key in every platform oneof of config.proto (`platform`, `slice_template`,
+        `controller`)."""
+        ...
+
+    @property
+    def zone_field(self) -> str | None:
+        """The slice template field (relative to the provider's section) that names a slice's
+        zone, or None when the provider has no zones."""
+        ...
+
+    def apply_defaults(self, config: config_pb2.IrisClusterConfig) -> None:
+        """Fill the provider's own defaults into a config being resolved (its platform and
+        controller sections, and shared settings whose default differs on this provider)."""
+        ...
+
+    def config_problems(self, config: config_pb2.IrisClusterConfig) -> list[tuple[str, str]]:
+        """(key path, problem) for each problem in the provider's sections of a resolved config:
+        its slice templates and, when the controller is the provider's, the controller section."""
+        ...
+
+    def worker_attributes(self, template: config_pb2.SliceConfig) -> dict[str, AttributeValue]:
+        """Attributes a worker of a slice made from `template` reports beyond scale group, zone and
+        device, so the autoscaler can route constrained demand before the worker exists."""
+        ...
+
+    def create(
+        self, config: config_pb2.IrisClusterConfig, state_dir: Path, config_path: str | None
+    ) -> Platform:
+        """The provider's Platform for a resolved config; PlatformError when it cannot run here."""
+        ...
+
+
+def template_zone(provider: PlatformProvider, template: config_pb2.SliceConfig) -> str:
+    """The zone a slice template names in the provider's section, or ""."""
+    if provider.zone_field is None:
+        return ""
+    return getattr(getattr(template, provider.name), provider.zone_field)
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -201,17 +253,20 @@ class Labels:
 
 
 def prepare_slice_config(
-    template: config_pb2.SliceConfig, group_name: str, label_prefix: str, zone: str = ""
+    template: config_pb2.SliceConfig,
+    group_name: str,
+    label_prefix: str,
+    zone: str = "",
+    provider: PlatformProvider | None = None,
 ) -> config_pb2.SliceConfig:
-    """Stamp a scale group's slice template with Iris's labels, a name prefix and the chosen zone."""
+    """Stamp a scale group's slice template with Iris's labels, a name prefix and the chosen zone
+    (written where `provider` keeps a slice's zone)."""
     config = config_pb2.SliceConfig()
     config.CopyFrom(template)
     labels = Labels(label_prefix)
     config.name_prefix = f"{label_prefix}-{group_name}"
     config.labels[labels.managed] = "true"
     config.labels[labels.scale_group] = group_name
-    if zone and config.WhichOneof("platform") == "gcp":
-        config.gcp.zone = zone
-    elif zone and config.WhichOneof("platform") == "coreweave":
-        config.coreweave.region = zone
+    if zone and provider is not None and provider.zone_field is not None:
+        setattr(getattr(config, provider.name), provider.zone_field, zone)
     return config

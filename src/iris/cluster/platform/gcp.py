@@ -72,12 +72,15 @@ from iris.cluster.platform.remote_exec import (
     classify_client_error,
     short_command,
 )
-from iris.cluster.types import ATTR_PREEMPTIBLE, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE
-from iris.config import config_to_dict
+from iris.cluster.types import ATTR_PREEMPTIBLE, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE, AttributeValue
+from iris.config import DEFAULT_CONTROLLER_PORT, config_to_dict
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp, wait_until
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MACHINE_TYPE = "n2-standard-4"
+DEFAULT_BOOT_DISK_SIZE_GB = 50
 
 # How long one describe/list/label call may take before the API counts as unavailable.
 _API_TIMEOUT = Duration.from_seconds(120)
@@ -908,3 +911,52 @@ class GcpPlatform:
 def _url_of_forward(remote: Any, port: int, local_port: int | None) -> Iterator[str]:
     with remote.forward(port, local_port=local_port) as local:
         yield f"http://127.0.0.1:{local}"
+
+
+# ---------------------------------------------------------------- the provider
+
+
+class GcpProvider:
+    name = "gcp"
+    zone_field = "zone"
+
+    def apply_defaults(self, config: config_pb2.IrisClusterConfig) -> None:
+        if config.controller.HasField("gcp"):
+            controller = config.controller.gcp
+            controller.port = controller.port or DEFAULT_CONTROLLER_PORT
+            controller.machine_type = controller.machine_type or DEFAULT_MACHINE_TYPE
+            controller.boot_disk_size_gb = controller.boot_disk_size_gb or DEFAULT_BOOT_DISK_SIZE_GB
+
+    def config_problems(self, config: config_pb2.IrisClusterConfig) -> list[tuple[str, str]]:
+        problems = []
+        for name, group in config.scale_groups.items():
+            template = group.slice_template
+            path = f"scale_groups.{name}.slice_template"
+            if not template.gcp.zone and not group.zones:
+                problems.append(
+                    (
+                        f"{path}.gcp.zone",
+                        "GCP slices need a zone; set slice_template.gcp.zone or the group's zones list",
+                    )
+                )
+            if not template.accelerator_variant:
+                problems.append(
+                    (
+                        f"{path}.accelerator_variant",
+                        "GCP slices need the TPU type to create, e.g. 'v5litepod-16'",
+                    )
+                )
+        if config.controller.HasField("gcp") and not config.controller.gcp.zone:
+            problems.append(("controller.gcp.zone", "the controller VM needs a zone, e.g. 'europe-west4-a'"))
+        return problems
+
+    def worker_attributes(self, template: config_pb2.SliceConfig) -> dict[str, AttributeValue]:
+        return {ATTR_PREEMPTIBLE: str(template.gcp.preemptible).lower()}
+
+    def create(
+        self, config: config_pb2.IrisClusterConfig, state_dir: Path, config_path: str | None
+    ) -> GcpPlatform:
+        return GcpPlatform(config)
+
+
+PROVIDER = GcpProvider()

@@ -34,8 +34,8 @@ from iris.cluster.platform.base import (
     WorkerStatus,
 )
 from iris.cluster.platform.bootstrap import worker_offer_flags
-from iris.cluster.types import ATTR_SCALE_GROUP, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE
-from iris.config import DEFAULT_KILL_GRACE_PERIOD
+from iris.cluster.types import ATTR_SCALE_GROUP, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE, AttributeValue
+from iris.config import DEFAULT_CONTROLLER_PORT, DEFAULT_KILL_GRACE_PERIOD, DEFAULT_LABEL_PREFIX, state_dir_of
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp, wait_until
 
@@ -469,3 +469,44 @@ def _tail(path: Path, lines: int) -> str:
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+
+
+class LocalProvider:
+    """The local platform's part of the config and of autoscaler routing."""
+
+    name = "local"
+    zone_field = None
+
+    def apply_defaults(self, config: config_pb2.IrisClusterConfig) -> None:
+        if config.controller.WhichOneof("controller") is None:
+            config.controller.local.port = DEFAULT_CONTROLLER_PORT
+        state_dir = state_dir_of(config)
+        bootstrap = config.defaults.bootstrap
+        # Workers are processes of this user, who usually cannot write to /var/cache and may have
+        # no container engine.
+        bootstrap.runtime = bootstrap.runtime or "process"
+        bootstrap.cache_dir = bootstrap.cache_dir or os.path.join(state_dir, "cache")
+        if not config.storage.bundle_prefix:
+            config.storage.bundle_prefix = f"file://{os.path.join(state_dir, 'bundles')}"
+
+    def config_problems(self, config: config_pb2.IrisClusterConfig) -> list[tuple[str, str]]:
+        # A local group needs no hosts or zones, and the local controller section is checked by the
+        # shared code since every platform may use it.
+        return []
+
+    def worker_attributes(self, template: config_pb2.SliceConfig) -> dict[str, AttributeValue]:
+        return {ATTR_ZONE: "local", **template.local.attributes}
+
+    def create(
+        self, config: config_pb2.IrisClusterConfig, state_dir: Path, config_path: str | None
+    ) -> LocalPlatform:
+        return LocalPlatform(
+            state_dir / "platform",
+            config.platform.label_prefix or DEFAULT_LABEL_PREFIX,
+            {name: group.resources for name, group in config.scale_groups.items()},
+            config.defaults.timeouts.kill_grace_period.milliseconds / 1000 or DEFAULT_KILL_GRACE_PERIOD.seconds,
+            config_path,
+        )
+
+
+PROVIDER = LocalProvider()

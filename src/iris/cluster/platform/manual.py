@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
@@ -53,7 +54,8 @@ from iris.cluster.platform.bootstrap import (
     write_marker_script,
 )
 from iris.cluster.platform.remote_exec import DirectSshRemoteExec, RemoteExecError, RemoteExecWorkerBase
-from iris.config import config_to_dict
+from iris.cluster.types import AttributeValue
+from iris.config import DEFAULT_CONTROLLER_PORT, config_to_dict
 from iris.rpc import config_pb2
 from iris.time import Duration, Timestamp
 
@@ -606,3 +608,46 @@ class ManualPlatform:
     def shutdown(self) -> None:
         """Stop driving bootstraps; the workers on the hosts keep running for the next controller."""
         self._shutdown.set()
+
+
+class ManualProvider:
+    """The manual platform's part of the config: hosts per group, the controller's host."""
+
+    name = "manual"
+    zone_field = None
+
+    def apply_defaults(self, config: config_pb2.IrisClusterConfig) -> None:
+        if config.controller.HasField("manual"):
+            config.controller.manual.port = config.controller.manual.port or DEFAULT_CONTROLLER_PORT
+
+    def config_problems(self, config: config_pb2.IrisClusterConfig) -> list[tuple[str, str]]:
+        problems = []
+        for name, group in config.scale_groups.items():
+            path = f"scale_groups.{name}.slice_template.manual.hosts"
+            hosts = group.slice_template.manual.hosts
+            needed = group.max_slices * group.slice_template.num_vms
+            if not hosts:
+                problems.append((path, "manual slices need at least one host"))
+            elif needed > len(hosts):
+                problems.append(
+                    (
+                        path,
+                        f"max_slices ({group.max_slices}) x num_vms ({group.slice_template.num_vms}) needs "
+                        f"{needed} hosts, but only {len(hosts)} are listed",
+                    )
+                )
+        if config.controller.HasField("manual") and not config.controller.manual.host:
+            problems.append(("controller.manual.host", "name the host that runs the controller"))
+        return problems
+
+    def worker_attributes(self, template: config_pb2.SliceConfig) -> dict[str, AttributeValue]:
+        # A manual host reports nothing beyond its group, slice and device.
+        return {}
+
+    def create(
+        self, config: config_pb2.IrisClusterConfig, state_dir: Path, config_path: str | None
+    ) -> ManualPlatform:
+        return ManualPlatform(config)
+
+
+PROVIDER = ManualProvider()
