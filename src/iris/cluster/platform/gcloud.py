@@ -91,7 +91,8 @@ GCLOUD_ERRORS: tuple[_GcloudErrorPattern, ...] = (
     ),
     _GcloudErrorPattern(
         re.compile(
-            r"PERMISSION_DENIED|does not have permission|Permission .* denied|UNAUTHENTICATED|insufficient authentication"
+            r"PERMISSION_DENIED|does not have permission|Permission .* denied|Required '[^']+' permission"
+            r"|UNAUTHENTICATED|insufficient authentication"
             r"|You do not currently have an active account|Reauthentication required|invalid_grant",
             re.IGNORECASE,
         ),
@@ -120,13 +121,38 @@ GCLOUD_ERRORS: tuple[_GcloudErrorPattern, ...] = (
 )
 
 
+_COMMAND_PREFIX = re.compile(r"^ERROR:\s*(\(gcloud[^)]*\)\s*)?")
+# What follows gcloud's ERROR line when the API's message is on the next lines (an operation's
+# error as JSON, or Compute's "Could not fetch resource:" list).
+_DETAIL_MESSAGE = re.compile(
+    r'^\s*(?:"message":\s*"(?P<json>.*)",?|message:\s*(?P<yaml>.*)|-\s+(?P<item>.*))$'
+)
+_PARTIAL_FAILURE = "Some requests did not succeed"
+_TOKEN_NOTE = " This command is authenticated with an access token from the CLOUDSDK_AUTH_ACCESS_TOKEN environment variable"
+
+
 def error_line(stderr: str) -> str:
-    """The line of gcloud's stderr that says what went wrong: its ERROR line, else the last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for line in lines:
-        if line.startswith("ERROR:"):
-            return line.removeprefix("ERROR:").strip()
-    return lines[-1] if lines else "(no output)"
+    """One line saying what went wrong, from gcloud's stderr: its ERROR line, or the API message
+    that follows it when the ERROR line only introduces one."""
+    lines = [line.rstrip() for line in stderr.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if not line.startswith("ERROR:"):
+            continue
+        text = _COMMAND_PREFIX.sub("", line).strip()
+        if text and text not in ("{", "Could not fetch resource:"):
+            return text.replace(_TOKEN_NOTE, "")
+        details = lines[index + 1 :]
+        for position, detail in enumerate(details):
+            match = _DETAIL_MESSAGE.match(detail)
+            if match:
+                found = match.group("json") or match.group("yaml") or match.group("item") or ""
+                # A YAML message may wrap onto the next indented line.
+                following = details[position + 1] if position + 1 < len(details) else ""
+                if match.group("yaml") and following.startswith("  ") and ":" not in following:
+                    found += " " + following.strip()
+                return found.replace('\\"', '"').strip()
+        return text or "(no message)"
+    return lines[-1].strip() if lines else "(no output)"
 
 
 def classify_gcloud_error(stderr: str, context: GcloudContext) -> PlatformError:
@@ -244,7 +270,8 @@ class GcloudCall:
     def result(self) -> CommandResult:
         """As `finish`, raising the classified error when gcloud exited non-zero."""
         result = self.finish()
-        if result.returncode != 0:
+        # A list over several zones exits 0 when some of them refused; that is a failure too.
+        if result.returncode != 0 or _PARTIAL_FAILURE in result.stderr:
             error = classify_gcloud_error(result.stderr, self.context)
             logger.info("gcloud failed (%s): %s", self.describe(), error)
             raise error
