@@ -304,7 +304,7 @@ class Gcloud:
         on_line: Callable[[str], None] | None = None,
     ) -> GcloudCall:
         argv = self.argv(args)
-        logger.info("running %s", shlex.join(argv))
+        logger.info("running %s", shlex.join(_abbreviated(arg) for arg in argv))
         try:
             return GcloudCall(argv, self.environ(), context, timeout, on_line)
         except FileNotFoundError:
@@ -315,6 +315,12 @@ class Gcloud:
 
     def run(self, args: list[str], context: GcloudContext, timeout: Duration) -> CommandResult:
         return self.start(args, context, timeout).result()
+
+
+def _abbreviated(arg: str, limit: int = 120) -> str:
+    """An argument as the log shows it: a bootstrap script passed as --command is cut short."""
+    first = arg.splitlines()[0] if arg else arg
+    return first if len(first) <= limit and first == arg else first[:limit] + " ..."
 
 
 # ---------------------------------------------------------------- argv builders (pure)

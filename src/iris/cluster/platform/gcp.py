@@ -570,13 +570,14 @@ class GcpPlatform:
         """FAILED with `reason` (one line), after deleting the node: nothing is left to pay for."""
         if record.cancelled.is_set():
             return
+        with self._lock:
+            record.quota_exhausted = quota_exhausted
+        # Reported first, so the autoscaler replaces the slice while the node is being deleted.
+        self._transition(record, CloudSliceState.FAILED, reason.splitlines()[0])
         try:
             self._delete_node(record.slice_id, record.zone)
         except PlatformError as exc:
             logger.warning("gcp slice %s: could not delete its node after failing: %s", record.slice_id, exc)
-        with self._lock:
-            record.quota_exhausted = quota_exhausted
-        self._transition(record, CloudSliceState.FAILED, reason.splitlines()[0])
 
     def _bring_up(
         self, record: _SliceRecord, call: g.GcloudCall, bootstrap_config: config_pb2.BootstrapConfig
