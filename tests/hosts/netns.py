@@ -10,7 +10,8 @@ except two directories: each sshd runs in its own mount namespace where /var/lib
 /var/cache/iris are private bind mounts, so what Iris leaves on one host (markers, caches, task
 state) is invisible on the others, as on separate machines.
 
-Names (namespaces, bridge, veths) carry this process's id, so concurrent test sessions on one
+Names (namespaces, bridge, veths) carry this process's id, plus a letter for a second network in
+the same process (the GCP fake's hosts beside these tests' own), so concurrent test sessions on one
 machine do not collide. `stop()` ends every process running in a host's mount namespace (all of
 them were started through that host's sshd), stops the sshds by PID and deletes what it created.
 """
@@ -114,6 +115,29 @@ class SshHost:
         finally:
             _run("ip", "netns", "exec", self.netns, "iptables", "-D", *rule)
 
+    @property
+    def authorized_keys(self) -> Path:
+        """The file this host's sshd reads the keys it accepts from."""
+        return self.state_dir / "authorized_keys"
+
+    @property
+    def host_public_key(self) -> str:
+        """The public half of the key this host's sshd proves itself with (`ssh-ed25519 AAAA...`)."""
+        return (self.state_dir / "ssh_host_ed25519_key.pub").read_text().strip()
+
+    def wipe(self) -> None:
+        """Back to a fresh machine: nothing running but sshd, link up, private directories empty."""
+        _stop_processes(self.processes())
+        if self.veth:
+            self.set_link(True)
+        for private in PRIVATE_HOST_DIRS:
+            directory = self.host_path(private)
+            for child in directory.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+
     def set_link(self, up: bool) -> None:
         """Cut (or restore) the host's network cable: its veth on the bridge."""
         assert self.veth is not None, "the loopback host has no link to cut"
@@ -124,7 +148,7 @@ class SshHost:
 class HostNetwork:
     root: Path
     count: int
-    session: str = field(default_factory=lambda: str(os.getpid()))
+    session: str = ""
     hosts: list[SshHost] = field(default_factory=list)
     loopback: SshHost | None = None
     key: Path | None = None
@@ -173,7 +197,8 @@ class HostNetwork:
                 _run("ip", "-4", "-o", "addr") + _run("ip", "-4", "route"),
             )
         )
-        start = int(self.session) % 250
+        self.session = _free_session_name()
+        start = os.getpid() % 250
         third = next(
             ((start + step) % 250 + 1 for step in range(250) if str((start + step) % 250 + 1) not in used),
             None,
@@ -188,7 +213,7 @@ class HostNetwork:
 
     def _write_sshd_config(self, host_dir: Path, listen: str, port: int) -> Path:
         host_key = generate_key(host_dir / "ssh_host_ed25519_key")
-        authorized = host_dir / "authorized_keys"
+        authorized = host_dir / "authorized_keys"  # SshHost.authorized_keys
         assert self.key is not None
         authorized.write_text(self.key.with_suffix(".pub").read_text())
         config = host_dir / "sshd_config"
@@ -270,16 +295,7 @@ class HostNetwork:
     def reset(self) -> None:
         """Back to fresh machines: nothing running but sshd, links up, private directories empty."""
         for host in self.all_hosts():
-            _stop_processes(host.processes())
-            if host.veth:
-                host.set_link(True)
-            for private in PRIVATE_HOST_DIRS:
-                directory = host.host_path(private)
-                for child in directory.iterdir():
-                    if child.is_dir() and not child.is_symlink():
-                        shutil.rmtree(child)
-                    else:
-                        child.unlink()
+            host.wipe()
 
     def stop(self) -> None:
         """Stop everything the hosts run, then the sshds, then delete the network. Idempotent."""
@@ -293,6 +309,17 @@ class HostNetwork:
         if self.bridge:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
             self.bridge = ""
+
+
+def _free_session_name() -> str:
+    """This process's id, with a letter when another network of this process already has it.
+    Called under the allocation lock, which keeps the check and the bridge's creation together."""
+    existing = _run("ip", "-o", "link", "show")
+    for suffix in ("", *"bcdefgh"):
+        session = f"{os.getpid()}{suffix}"
+        if f" irb{session}:" not in existing:
+            return session
+    raise HostsUnavailable(f"too many test host networks in process {os.getpid()}")
 
 
 def _answers(host: SshHost) -> bool:
