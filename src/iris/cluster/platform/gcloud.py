@@ -30,6 +30,8 @@ from iris.time import Duration, wait_until
 logger = logging.getLogger(__name__)
 
 GCLOUD = "gcloud"
+# The TPU API's location wildcard: list the nodes of every zone at once.
+ALL_ZONES = "-"
 # GCE and TPU label values: lowercase letters, digits, '_' and '-', at most 63 characters.
 _LABEL_TEXT = re.compile(r"[a-z0-9_-]{0,63}")
 _LABEL_KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")

@@ -90,6 +90,8 @@ _ACCEPT_TIMEOUT = Duration.from_seconds(120)
 _SSH_SLACK = Duration.from_seconds(90)
 _BOOTSTRAP_SLACK = Duration.from_seconds(60)
 _LOGS_TIMEOUT = Duration.from_seconds(60)
+# Tries of a label or metadata update that Compute refuses for a stale fingerprint.
+_FINGERPRINT_ATTEMPTS = 3
 # What `gcloud ... create` prints once the API has accepted the request and it waits for the operation.
 _REQUEST_ISSUED = re.compile(r"request issued|Waiting for operation|Created \[", re.IGNORECASE)
 # gcloud's own failure (as opposed to the remote command's exit code, which gcloud ssh passes on).
@@ -365,18 +367,44 @@ class GcpControllerHandle(RemoteExecWorkerBase):
         self._platform._delete_instance(self.worker_id, self._zone)
 
     def set_labels(self, labels: dict[str, str]) -> None:
-        context = GcloudContext(f"labelling VM {self.worker_id}", self._zone)
-        self._platform.gcloud.run(
-            g.instance_add_labels_args(self.worker_id, self._zone, labels), context, _API_TIMEOUT
+        self._update(
+            g.instance_add_labels_args(self.worker_id, self._zone, labels),
+            f"labelling VM {self.worker_id}",
+            lambda instance: dict(instance.get("labels") or {}),
+            labels,
         )
         self._labels.update(labels)
 
     def set_metadata(self, metadata: dict[str, str]) -> None:
-        context = GcloudContext(f"setting metadata of VM {self.worker_id}", self._zone)
-        self._platform.gcloud.run(
-            g.instance_add_metadata_args(self.worker_id, self._zone, metadata), context, _API_TIMEOUT
+        self._update(
+            g.instance_add_metadata_args(self.worker_id, self._zone, metadata),
+            f"setting metadata of VM {self.worker_id}",
+            instance_metadata,
+            metadata,
         )
         self._metadata.update(metadata)
+
+    def _update(
+        self,
+        args: list[str],
+        what: str,
+        current: Callable[[Mapping[str, Any]], dict[str, str]],
+        wanted: dict[str, str],
+    ) -> None:
+        """Run a read-modify-write gcloud update, again when Compute refuses it because the VM
+        changed in between (a stale fingerprint); done as soon as the VM carries `wanted`."""
+        context = GcloudContext(what, self._zone)
+        for attempt in range(_FINGERPRINT_ATTEMPTS):
+            try:
+                self._platform.gcloud.run(args, context, _API_TIMEOUT)
+                return
+            except PlatformError as exc:
+                if "fingerprint" not in str(exc) or attempt == _FINGERPRINT_ATTEMPTS - 1:
+                    raise
+                logger.info("%s: the VM changed meanwhile (%s); checking and trying again", what, exc)
+            have = current(self._platform._describe_instance(self.worker_id, self._zone))
+            if all(have.get(k) == v for k, v in wanted.items()):
+                return
 
 
 @dataclass
@@ -394,6 +422,9 @@ class _SliceRecord:
     quota_exhausted: bool = False
     history: list[tuple[CloudSliceState, Timestamp, str]] = field(default_factory=list)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Whether a thread watches the node for preemption (a slice found by listing gets one once
+    # someone describes it: the controller does, a CLI that only lists or deletes does not).
+    watched: bool = False
 
 
 class GcpSliceHandle:
@@ -426,6 +457,7 @@ class GcpSliceHandle:
             return list(self._record.history)
 
     def describe(self) -> SliceStatus:
+        self._platform._ensure_watched(self._record)
         with self._platform._lock:
             record = self._record
             return SliceStatus(
@@ -611,8 +643,19 @@ class GcpPlatform:
             more = f" (and {len(failures) - 1} more host(s) failed)" if len(failures) > 1 else ""
             self._fail(record, failures[0].splitlines()[0] + more)
             return
+        with self._lock:
+            record.watched = True
         if self._transition(record, CloudSliceState.READY):
             self._watch(record)
+
+    def _ensure_watched(self, record: _SliceRecord) -> None:
+        with self._lock:
+            if record.watched or record.state != CloudSliceState.READY:
+                return
+            record.watched = True
+        threading.Thread(
+            target=self._watch, args=(record,), name=f"gcp-{record.slice_id}", daemon=True
+        ).start()
 
     def _wait_until_ready(self, record: _SliceRecord) -> dict[str, Any]:
         found: list[dict[str, Any]] = []
@@ -744,16 +787,19 @@ class GcpPlatform:
 
     def list_slices(self, zones: list[str], labels: dict[str, str] | None = None) -> list[GcpSliceHandle]:
         """The labelled TPU nodes of `zones` (every configured zone for ""), adopting those this
-        process did not create: a READY node as a READY slice (watched from now on), one still
+        process did not create: a READY node as a READY slice (watched once described), one still
         being created as FAILED, since its bring-up died with the previous controller."""
-        wanted = sorted({z for z in zones if z} or set(self._zones()))
-        handles = []
-        for zone in wanted:
-            context = GcloudContext("listing TPU nodes", zone)
-            nodes = _json(self.gcloud.run(g.tpu_list_args(zone, labels or {}), context, _API_TIMEOUT)) or []
-            for node in nodes:
-                handles.append(GcpSliceHandle(self, self._record_of(node, zone)))
-        return handles
+        wanted = {z for z in zones if z} or set(self._zones())
+        # One call for every zone (the API's "-" location) rather than one per zone.
+        context = GcloudContext("listing TPU nodes", ",".join(sorted(wanted)))
+        nodes = (
+            _json(self.gcloud.run(g.tpu_list_args(g.ALL_ZONES, labels or {}), context, _API_TIMEOUT)) or []
+        )
+        return [
+            GcpSliceHandle(self, self._record_of(node, node_zone(node)))
+            for node in nodes
+            if node_zone(node) in wanted
+        ]
 
     def _record_of(self, node: Mapping[str, Any], zone: str) -> _SliceRecord:
         name = node_name(node)
@@ -789,10 +835,7 @@ class GcpPlatform:
             )
         record.history.append((record.state, Timestamp.now(), "found by its labels"))
         with self._lock:
-            known = self._slices.setdefault(name, record)
-        if known is record and record.state == CloudSliceState.READY:
-            threading.Thread(target=self._watch, args=(record,), name=f"gcp-{name}", daemon=True).start()
-        return known
+            return self._slices.setdefault(name, record)
 
     def worker_logs(self, worker_id: str, tail_lines: int) -> str:
         with self._lock:

@@ -1,0 +1,149 @@
+"""What the GCP cluster tests share: a cluster config over the fake, the `iris` CLI, and a relay that
+lets a controller running on a fake VM (a namespace host) call the fake APIs, which listen on the
+test host's loopback only."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fakes.gcp import FakeGcp
+
+IRIS = [sys.executable, "-m", "iris.cli.main"]
+COMMAND_TIMEOUT_S = 240.0
+GROUP = "tpu_v5e_16"
+ZONES = ["europe-west4-a", "europe-west4-b"]
+CONTROLLER_PORT = 10000
+LABEL_PREFIX = "irisgcp"
+CONTROLLER_VM = f"{LABEL_PREFIX}-controller"
+
+
+class ApiRelay:
+    """Accepts TCP connections on `listen_host` (an address the namespace hosts reach) and pipes
+    each to 127.0.0.1:`target_port`."""
+
+    def __init__(self, listen_host: str, target_port: int):
+        self._target_port = target_port
+        self._server = socket.create_server((listen_host, 0))
+        self.address = f"{listen_host}:{self._server.getsockname()[1]}"
+        self._connections: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="api-relay", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target_port))
+            with self._lock:
+                self._connections += [client, upstream]
+            threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+
+    def close(self) -> None:
+        self._server.close()
+        with self._lock:
+            for connection in self._connections:
+                connection.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+
+
+def controller_gcloud_env(fake: FakeGcp, relay: ApiRelay, home: Path) -> dict[str, str]:
+    """The gcloud settings a controller on a fake VM runs with: the fake's, reached through the relay."""
+    env = fake.gcloud_env(home)
+    relayed = {key: value.replace(fake.url, f"http://{relay.address}") for key, value in env.items()}
+    return {key: value for key, value in relayed.items() if key.startswith("CLOUDSDK_") or key == "HOME"}
+
+
+def cluster_config(tmp_path: Path, controller_env: dict[str, str], **overrides: Any) -> dict[str, Any]:
+    """A GCP cluster as a user writes it (seed 004's quick start shape), with workers and the
+    controller running from this checkout's Python environment instead of images, and short
+    timeouts so that tests are quick."""
+    config: dict[str, Any] = {
+        "name": "gcp-test",
+        "platform": {"label_prefix": LABEL_PREFIX, "gcp": {"project_id": "iris-test"}},
+        # Namespace hosts share this machine's filesystem, as VMs would share a bucket.
+        "storage": {"bundle_prefix": f"file://{tmp_path}/bundles"},
+        "controller": {"gcp": {"zone": ZONES[0], "port": CONTROLLER_PORT}},
+        "defaults": {
+            "ssh": {"connect_timeout": "20s"},
+            "bootstrap": {"python_env": sys.prefix, "runtime": "process", "env_vars": controller_env},
+            "timeouts": {
+                "boot_timeout": "90s",
+                "init_timeout": "90s",
+                "ssh_poll_interval": "1s",
+                "heartbeat_interval": "1s",
+                "worker_timeout": "20s",
+                "kill_grace_period": "2s",
+            },
+            "autoscaler": {"evaluation_interval": "1s", "scale_up_delay": "0s", "scale_down_delay": "10m"},
+        },
+        "scale_groups": {
+            GROUP: {
+                "min_slices": 0,
+                "max_slices": 1,
+                "zones": ZONES,
+                "resources": {"cpu": 1, "ram": "1GB", "tpu_count": 4},
+                "slice_template": {
+                    "accelerator_type": "tpu",
+                    "accelerator_variant": "v5litepod-16",
+                    "num_vms": 4,
+                    "gcp": {"runtime_version": "v2-alpha-tpuv5-lite", "topology": "4x4", "preemptible": True},
+                },
+            }
+        },
+    }
+    config.update(overrides)
+    return config
+
+
+def write_config(config: dict[str, Any], path: Path) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def iris(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {**env}
+    env.pop("IRIS_CONTROLLER_URL", None)
+    return subprocess.run(
+        [*IRIS, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result.stdout
+
+
+def gcloud_settings(env: dict[str, str]) -> dict[str, str]:
+    """The part of a gcloud environment that points gcloud at the fake (for os.environ)."""
+    return {key: value for key, value in env.items() if key.startswith("CLOUDSDK_") or key == "HOME"}
+
+
+def assert_no_cloudsdk_leak() -> None:
+    """Every gcloud this process starts must reach the fake, never Google."""
+    assert "fake" in os.environ.get("CLOUDSDK_AUTH_ACCESS_TOKEN", ""), "gcloud is not pointed at the fake"
