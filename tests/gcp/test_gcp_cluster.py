@@ -62,6 +62,7 @@ def relay(fake_gcp: FakeGcp, gcp_host_network: HostNetwork) -> Iterator[ApiRelay
     api.close()
 
 
+@pytest.mark.timeout(900)
 def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_and_stop_leaves_nothing(
     fake_gcp: FakeGcp,
     gcp_host_network: HostNetwork,

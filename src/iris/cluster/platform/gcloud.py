@@ -141,9 +141,12 @@ def error_line(stderr: str) -> str:
         if not line.startswith("ERROR:"):
             continue
         text = _COMMAND_PREFIX.sub("", line).strip()
+        details = lines[index + 1 :]
+        if text.endswith(":") and text != "Could not fetch resource:" and details:
+            # "Could not add SSH key to ...:" and the cause on the next line.
+            return f"{text} {details[0].strip().removeprefix('- ')}".replace(_TOKEN_NOTE, "")
         if text and text not in ("{", "Could not fetch resource:"):
             return text.replace(_TOKEN_NOTE, "")
-        details = lines[index + 1 :]
         for position, detail in enumerate(details):
             match = _DETAIL_MESSAGE.match(detail)
             if match:

@@ -60,7 +60,7 @@ from iris.cluster.platform.bootstrap import (
     worker_daemon,
     worker_daemon_name,
 )
-from iris.cluster.platform.gcloud import Gcloud, GcloudContext, classify_gcloud_error
+from iris.cluster.platform.gcloud import Gcloud, GcloudContext, GcpPermissionError, classify_gcloud_error
 from iris.cluster.platform.remote_exec import (
     DEFAULT_COMMAND_TIMEOUT,
     TIMEOUT_EXIT,
@@ -96,6 +96,7 @@ _FINGERPRINT_ATTEMPTS = 3
 _REQUEST_ISSUED = re.compile(r"request issued|Waiting for operation|Created \[", re.IGNORECASE)
 # gcloud's own failure (as opposed to the remote command's exit code, which gcloud ssh passes on).
 _GCLOUD_OWN_ERROR = re.compile(r"^ERROR: \(gcloud\.", re.MULTILINE)
+_SSH_KEY_NOT_ADDED = re.compile(r"Could not add SSH key to (instance|project) metadata")
 # Node states in which the machines are gone or going; the slice cannot come back from them.
 _NODE_LOST = {
     "PREEMPTED": "preempted",
@@ -213,7 +214,12 @@ class _GcloudSshExec(ABC):
         if error is not None:
             raise error
         if result.returncode != 0 and _GCLOUD_OWN_ERROR.search(result.stderr):
-            raise classify_gcloud_error(result.stderr, self._context(f"`{short_command(command)}`"))
+            error = classify_gcloud_error(result.stderr, self._context(f"`{short_command(command)}`"))
+            if _SSH_KEY_NOT_ADDED.search(result.stderr) and not isinstance(error, GcpPermissionError):
+                # Two clients adding their keys to the same metadata at once: the loser sees a stale
+                # fingerprint. The host is not reachable yet, and trying again fixes it.
+                raise HostUnreachableError(self._address, str(error))
+            raise error
         if timeout is not None and result.returncode == TIMEOUT_EXIT:
             raise RemoteCommandTimeoutError(
                 self._address,
