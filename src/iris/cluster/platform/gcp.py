@@ -114,7 +114,7 @@ class IllegalSliceTransition(PlatformError):
 # Every legal move of a GCP slice, with what causes it.
 SLICE_TRANSITIONS: dict[CloudSliceState, dict[CloudSliceState, str]] = {
     CloudSliceState.CREATING: {
-        CloudSliceState.BOOTSTRAPPING: "the TPU node is READY and every host answers over SSH",
+        CloudSliceState.BOOTSTRAPPING: "the TPU node is READY and its first host answers over SSH",
         CloudSliceState.FAILED: "the create failed (capacity, quota, API) or the hosts never answered",
         CloudSliceState.DELETING: "terminated while being created",
     },
@@ -699,11 +699,9 @@ class GcpPlatform:
         ]
         with self._lock:
             record.workers = workers
-        # The first ssh makes gcloud's key and adds it to the node's metadata: once, before the others.
+        # The first ssh makes gcloud's key and adds it to the node's metadata: once, before the
+        # others, which are waited for only if their bootstrap finds them unreachable.
         self._await_host(workers[0])
-        failures = self._each_worker(record, lambda index, worker: index == 0 or self._await_host(worker))
-        if failures:
-            raise PlatformError(failures[0])
 
     def _await_host(self, worker: GcpWorkerHandle) -> bool:
         if not worker.wait_for_connection(self._boot_timeout, self._poll_interval):
@@ -759,10 +757,14 @@ class GcpPlatform:
         daemon = worker_daemon(
             bootstrap_config, self._placement(record, index), self._kill_grace_s, self._storage_dirs
         )
-        worker.bootstrap(
-            start_script(daemon, round(self._init_timeout.seconds)),
-            timeout=Duration.from_seconds(self._init_timeout.seconds + _BOOTSTRAP_SLACK.seconds),
-        )
+        script = start_script(daemon, round(self._init_timeout.seconds))
+        timeout = Duration.from_seconds(self._init_timeout.seconds + _BOOTSTRAP_SLACK.seconds)
+        try:
+            worker.bootstrap(script, timeout=timeout)
+        except HostUnreachableError:
+            # Hosts of a fresh node come up one by one: wait for this one (up to boot_timeout).
+            self._await_host(worker)
+            worker.bootstrap(script, timeout=timeout)
 
     def _watch(self, record: _SliceRecord) -> None:
         """Until the slice ends, describe its node every ssh_poll_interval: preempted, stopped or
