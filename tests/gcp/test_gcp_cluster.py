@@ -23,6 +23,7 @@ from cluster_support import (
     gcloud_settings,
     iris,
     ok,
+    running_iris,
     write_config,
 )
 from conftest import Gcloud
@@ -145,27 +146,26 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
             [preempted] = [s for s in slices if s.slice_id == node.name]
             assert preempted.error == "preempted"
 
-            # A stockout everywhere: the job waits and says which zones failed and why.
+            # A stockout everywhere: the job waits, and `iris run` and `autoscaler status` say
+            # which zones failed and why.
             fake_gcp.set_quota(ZONES[0], tpu_chips=None)
             for zone in ZONES:
                 fake_gcp.set_capacity(zone, tpu_chips=0)
             run_iris("cluster", "--config", str(config_file), "slice", "terminate", "--all")
-            with IrisClient.for_cluster(config_file, workspace=workspace) as client:
-                waiting = client.submit(Entrypoint.from_command("true"), name="stocked-out", resources=V5E_16)
+            with running_iris("run", "--config", str(config_file), "--tpu", "v5litepod-16", "--", "true",
+                              cwd=workspace, env=cli) as waiting:  # fmt: skip
 
-                def pending_reason() -> str:
-                    return client.job(waiting.job_id).status().pending_reason
+                def both_zones_out() -> list[str]:
+                    return [
+                        line
+                        for line in waiting.lines()
+                        if all(f'no more capacity in the zone "{zone}"' in line for zone in ZONES)
+                    ]
 
-                wait_until(
-                    lambda: all(zone in pending_reason() for zone in ZONES),
-                    120,
-                    0.5,
-                    "both zones to be blocked",
-                )
-                reason = pending_reason()
+                wait_until(both_zones_out, 180, 0.5, "the waiting job to name both zones out of capacity")
+            assert f"{GROUP} has no zone with quota: {ZONES[0]} (" in both_zones_out()[0]
             status = run_iris("cluster", "--config", str(config_file), "autoscaler", "status")
             for zone in ZONES:
-                assert f'no more capacity in the zone "{zone}"' in reason, reason
                 assert any(" quota " in line and f'zone "{zone}"' in line for line in status.splitlines()), (
                     status
                 )
