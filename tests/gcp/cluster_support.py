@@ -20,11 +20,14 @@ from fakes.gcp import FakeGcp
 
 IRIS = [sys.executable, "-m", "iris.cli.main"]
 COMMAND_TIMEOUT_S = 240.0
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "eu-west4.yaml"
+# What examples/eu-west4.yaml names.
+CLUSTER = "eu-west4"
 GROUP = "tpu_v5e_16"
 ZONES = ["europe-west4-a", "europe-west4-b"]
-CONTROLLER_PORT = 10000
-LABEL_PREFIX = "irisgcp"
+LABEL_PREFIX = "iris-euw4"
 CONTROLLER_VM = f"{LABEL_PREFIX}-controller"
+CONTROLLER_PORT = 10000
 
 
 class ApiRelay:
@@ -74,45 +77,31 @@ def controller_gcloud_env(fake: FakeGcp, relay: ApiRelay, home: Path) -> dict[st
     return {key: value for key, value in relayed.items() if key.startswith("CLOUDSDK_") or key == "HOME"}
 
 
-def cluster_config(tmp_path: Path, controller_env: dict[str, str], **overrides: Any) -> dict[str, Any]:
-    """A GCP cluster as a user writes it (seed 004's quick start shape), with workers and the
-    controller running from this checkout's Python environment instead of images, and short
-    timeouts so that tests are quick."""
-    config: dict[str, Any] = {
-        "name": "gcp-test",
-        "platform": {"label_prefix": LABEL_PREFIX, "gcp": {"project_id": "iris-test"}},
-        # Namespace hosts share this machine's filesystem, as VMs would share a bucket.
-        "storage": {"bundle_prefix": f"file://{tmp_path}/bundles"},
-        "controller": {"gcp": {"zone": ZONES[0], "port": CONTROLLER_PORT}},
-        "defaults": {
-            "ssh": {"connect_timeout": "20s"},
-            "bootstrap": {"python_env": sys.prefix, "runtime": "process", "env_vars": controller_env},
-            "timeouts": {
-                "boot_timeout": "90s",
-                "init_timeout": "90s",
-                "ssh_poll_interval": "1s",
-                "heartbeat_interval": "1s",
-                "worker_timeout": "20s",
-                "kill_grace_period": "2s",
-            },
-            "autoscaler": {"evaluation_interval": "1s", "scale_up_delay": "0s", "scale_down_delay": "10m"},
-        },
-        "scale_groups": {
-            GROUP: {
-                "min_slices": 0,
-                "max_slices": 1,
-                "zones": ZONES,
-                "resources": {"cpu": 1, "ram": "1GB", "tpu_count": 4},
-                "slice_template": {
-                    "accelerator_type": "tpu",
-                    "accelerator_variant": "v5litepod-16",
-                    "num_vms": 4,
-                    "gcp": {"runtime_version": "v2-alpha-tpuv5-lite", "topology": "4x4", "preemptible": True},
-                },
-            }
-        },
+def cluster_config(tmp_path: Path, controller_env: dict[str, str]) -> dict[str, Any]:
+    """examples/eu-west4.yaml as a user would start it, with what this machine cannot give it
+    replaced: workers and the controller run from this checkout's Python environment instead of
+    images, bundles go to a directory every namespace host sees (they share this filesystem) instead
+    of GCS, and timeouts are short so that tests are quick. Its project comes from IRIS_GCP_PROJECT."""
+    config = yaml.safe_load(EXAMPLE.read_text())
+    config["storage"] = {"bundle_prefix": f"file://{tmp_path}/bundles"}
+    config["controller"]["gcp"]["port"] = CONTROLLER_PORT
+    defaults = config["defaults"]
+    defaults["bootstrap"].update(python_env=sys.prefix, runtime="process", env_vars=controller_env)
+    defaults["ssh"] = {"connect_timeout": "20s"}
+    defaults["timeouts"] = {
+        "boot_timeout": "90s",
+        "init_timeout": "90s",
+        "ssh_poll_interval": "1s",
+        "heartbeat_interval": "1s",
+        "worker_timeout": "20s",
+        "kill_grace_period": "2s",
     }
-    config.update(overrides)
+    defaults["autoscaler"] = {
+        "evaluation_interval": "1s",
+        "scale_up_delay": "0s",
+        "scale_down_delay": "10m",
+        "quota_backoff": "15s",
+    }
     return config
 
 

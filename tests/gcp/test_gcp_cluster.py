@@ -1,5 +1,5 @@
-"""A GCP cluster end to end on the fake Google APIs, driven by the real gcloud: `iris cluster start`
-creates the controller VM running the controller, the controller's autoscaler brings a
+"""examples/eu-west4.yaml end to end on the fake Google APIs, driven by the real gcloud: `iris
+cluster start` creates the controller VM running the controller, the controller's autoscaler brings a
 v5litepod-16 slice (four hosts) up from zero, jobs run one task per host with the TPU environment,
 the CLI reaches the controller through the SSH tunnel (the controller's port is firewalled from
 the test host), and `stop` leaves no labelled node or VM."""
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cluster_support import (
+    CLUSTER,
     CONTROLLER_PORT,
     CONTROLLER_VM,
     GROUP,
@@ -52,6 +53,7 @@ def gcloud_environ(fake_gcp: FakeGcp, tmp_path: Path, monkeypatch: pytest.Monkey
     env = fake_gcp.gcloud_env(tmp_path / "home")
     for key, value in gcloud_settings(env).items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv("IRIS_GCP_PROJECT", fake_gcp.project)
     return env
 
 
@@ -73,7 +75,6 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
 ) -> None:
     controller_env = controller_gcloud_env(fake_gcp, relay, tmp_path / "controller-home")
     config = cluster_config(tmp_path, controller_env)
-    config["defaults"]["autoscaler"]["quota_backoff"] = "15s"
     config_file = write_config(config, tmp_path / "gcp.yaml")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -162,7 +163,21 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
                         if all(f'no more capacity in the zone "{zone}"' in line for zone in ZONES)
                     ]
 
-                wait_until(both_zones_out, 180, 0.5, "the waiting job to name both zones out of capacity")
+                try:
+                    wait_until(both_zones_out, 180, 0.5, "the waiting job to name both zones out of capacity")
+                except TimeoutError:
+                    status = iris(
+                        "cluster",
+                        "--config",
+                        str(config_file),
+                        "autoscaler",
+                        "status",
+                        cwd=workspace,
+                        env=cli,
+                    )
+                    pytest.fail(
+                        f"iris run said:\n{chr(10).join(waiting.lines()[-10:])}\nautoscaler:\n{status.stdout}"
+                    )
             assert f"{GROUP} has no zone with quota: {ZONES[0]} (" in both_zones_out()[0]
             status = run_iris("cluster", "--config", str(config_file), "autoscaler", "status")
             for zone in ZONES:
@@ -175,7 +190,7 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
             assert fake_gcp.instances(), "a dry run deletes nothing"
 
             stopped = run_iris("cluster", "--config", str(config_file), "stop", "--yes")
-        assert "cluster 'gcp-test' stopped" in stopped
+        assert f"cluster '{CLUSTER}' stopped" in stopped
     finally:
         # Whatever failed above, leave nothing behind for the next test.
         iris(
@@ -189,7 +204,7 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
             env=cli,
         )
     assert fake_gcp.nodes() == [] and fake_gcp.instances() == []
-    assert "nothing of cluster 'gcp-test' found" in run_iris(
+    assert f"nothing of cluster '{CLUSTER}' found" in run_iris(
         "cluster", "--config", str(config_file), "debug", "cleanup"
     )
 

@@ -21,7 +21,9 @@ MANAGED = f"--labels={LABEL_PREFIX}-managed=true,{LABEL_PREFIX}-scale-group={GRO
 
 
 def _platform(fake: FakeGcp, tmp_path: Path) -> tuple[GcpPlatform, config_pb2.IrisClusterConfig]:
-    config = apply_defaults(load_config_from_dict(cluster_config(tmp_path, {})))
+    data = cluster_config(tmp_path, {})
+    data["platform"]["gcp"]["project_id"] = fake.project
+    config = apply_defaults(load_config_from_dict(data))
     return GcpPlatform(config, fake.gcloud_env(tmp_path / "platform-home")), config
 
 
