@@ -12,23 +12,20 @@ namespaces skips these tests; under CI=true the suite's conftest turns that skip
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hosts"))
 from fakes.gcp import FakeGcp
+from fakes.gcp.gcloud import Gcloud
 from netns import HostNetwork, HostsUnavailable
 
+# A v5litepod-16 slice (4 hosts), a controller VM and a spare.
 GCP_HOSTS = 6
-GCLOUD_TIMEOUT_S = 180.0
 
 
 @pytest.fixture(scope="session")
@@ -48,32 +45,6 @@ def gcp_host_network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostN
 def fake_gcp(gcp_host_network: HostNetwork) -> Iterator[FakeGcp]:
     with FakeGcp(gcp_host_network.hosts) as fake:
         yield fake
-
-
-@dataclass
-class Gcloud:
-    """The real gcloud CLI pointed at the fake; each call is one subprocess."""
-
-    env: dict[str, str]
-
-    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["gcloud", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=GCLOUD_TIMEOUT_S,
-            check=False,
-        )
-
-    def ok(self, *args: str) -> str:
-        """Run, insist on success, return stdout."""
-        result = self(*args)
-        assert result.returncode == 0, f"gcloud {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
-        return result.stdout
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.ok(*args, "--format=json"))
 
 
 @pytest.fixture

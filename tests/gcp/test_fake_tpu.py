@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import Gcloud
+from pathlib import Path
+
 from fakes.gcp import FakeGcp
+from fakes.gcp.gcloud import Gcloud
 from fakes.gcp.tpu import NodeState
 
 from iris.time import wait_until
@@ -69,8 +71,8 @@ def test_tpu_create_async_returns_while_creating_and_list_filters_by_label(
     assert fake_gcp.node("other").state == NodeState.READY and len(fake_gcp.node("other").hosts) == 1
 
 
-def test_tpu_v5litepod_16_gets_four_hosts_that_ssh_reaches_one_by_one_and_all(
-    fake_gcp: FakeGcp, gcloud: Gcloud
+def test_tpu_v5litepod_16_gets_four_hosts_that_ssh_and_scp_reach_one_by_one_and_all(
+    fake_gcp: FakeGcp, gcloud: Gcloud, tmp_path: Path
 ) -> None:
     _create_async(gcloud, "pod", "v5litepod-16")
     _wait_ready(fake_gcp, "pod")
@@ -78,8 +80,16 @@ def test_tpu_v5litepod_16_gets_four_hosts_that_ssh_reaches_one_by_one_and_all(
     assert len(hosts) == 4
     identity = "ip -4 -o addr show dev eth0"
 
-    one = gcloud.ok(*TPU, "ssh", "pod", f"--zone={ZONE}", "--worker=2", f"--command={identity}")
+    one = gcloud.ok(
+        *TPU, "ssh", "pod", f"--zone={ZONE}", "--worker=2", "--internal-ip", f"--command={identity}"
+    )
     assert f"inet {hosts[2]}/" in one and all(f"inet {h}/" not in one for h in hosts if h != hosts[2])
+    payload = tmp_path / "payload.txt"
+    payload.write_text("bootstrap\n")
+    gcloud.ok(*TPU, "scp", str(payload), "pod:/var/lib/iris/payload.txt", f"--zone={ZONE}", "--worker=3")
+    machines = fake_gcp.node("pod").hosts
+    assert machines[3].host_path("/var/lib/iris/payload.txt").read_text() == "bootstrap\n"
+    assert not machines[2].host_path("/var/lib/iris/payload.txt").exists()
 
     everyone = gcloud.ok(*TPU, "ssh", "pod", f"--zone={ZONE}", "--worker=all", f"--command={identity}")
     assert sorted(line.split()[3].split("/")[0] for line in everyone.splitlines()) == sorted(hosts)

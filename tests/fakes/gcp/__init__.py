@@ -12,8 +12,16 @@ What it serves (as gcloud calls it; everything else is 404): TPU `projects.locat
 (`POST .../nodes?nodeId=`), get, list, delete, `PATCH ?updateMask=metadata|labels|description`,
 `:getGuestAttributes`, and `projects.locations.operations` get; Compute instances insert, get, list,
 aggregated list, delete, setMetadata, setLabels, zones get/list, zone and global operations (GET and
-`POST .../wait`), project get and setCommonInstanceMetadata. Long-running operations finish
-`operation_delay` seconds (default 0.3) after they start; error bodies have Google's shapes.
+`POST .../wait`), project get and setCommonInstanceMetadata, and the batch endpoint
+(`POST /batch/compute/v1`, which gcloud uses for `instances list --zones=A,B`). Long-running
+operations finish `operation_delay` seconds (default 0.3) after they start; error bodies have
+Google's shapes.
+
+How gcloud reacts (worth knowing when matching its stderr): it retries a 503 from the TPU API
+itself, 5 tries over about 30 s, before printing `HttpError accessing <URL>: response: <{...
+'status': 503}>, content <{... "status": "UNAVAILABLE"}>`; Compute's 503 is printed at once as
+`Could not fetch resource:\n - The service is currently unavailable.`, except in an aggregated
+list, which exits 0 with `WARNING: Some requests did not succeed.` and lists what it got.
 
 Hosts: the fake is given a pool of machines (each an sshd with its own `authorized_keys`). A TPU
 node takes `tpu_topology(acceleratorType).hosts` of them (v4-8 and v5litepod-8: 1, v4-16: 2,
@@ -46,7 +54,7 @@ Test controls (stable API; every one takes the fake's lock):
   the route) or "unavailable" (503 UNAVAILABLE).
 - Inspection: `nodes()`, `node(name)`, `instances()`, `instance(name)` (records with `state` /
   `status`, `hosts` / `host`, `labels`, `metadata`, `history` of (state, reason)), `free_hosts`,
-  `calls` (every request as (method, path without query)).
+  `calls` (every request as (method, path without query); a batch request's parts one by one).
 - `operation_delay` (attribute) can be changed at any time; it applies to operations started later.
 """
 

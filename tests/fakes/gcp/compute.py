@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -21,6 +22,7 @@ from fakes.gcp.operations import (
     COMPUTE_WAIT_LIMIT_S,
     Operation,
     OperationError,
+    Outcome,
     compute_operation_json,
     numeric_id,
     timestamp,
@@ -52,6 +54,18 @@ def fingerprint() -> str:
     return base64.b64encode(os.urandom(8)).decode()
 
 
+def same_fingerprint(quoted: object, current: str) -> bool:
+    """Fingerprints are bytes: clients may send them back in base64 or its URL-safe form (gcloud does)."""
+    if not isinstance(quoted, str):
+        return False
+    try:
+        return base64.urlsafe_b64decode(quoted.replace("+", "-").replace("/", "_")) == base64.b64decode(
+            current
+        )
+    except ValueError:
+        return False
+
+
 def metadata_items(body: dict[str, Any] | None) -> dict[str, str]:
     return {str(item["key"]): str(item.get("value", "")) for item in (body or {}).get("items") or []}
 
@@ -69,7 +83,7 @@ class Metadata:
 
     def replace(self, body: dict[str, Any]) -> None:
         """setMetadata semantics: the quoted fingerprint must be current; the items replace all."""
-        if body.get("fingerprint") != self.fingerprint:
+        if not same_fingerprint(body.get("fingerprint"), self.fingerprint):
             raise ApiError(
                 412,
                 "Supplied fingerprint does not match current metadata fingerprint.",
@@ -184,7 +198,7 @@ class ComputeApi:
         return instance
 
     def _operation(
-        self, verb: str, target: str, target_id: str, zone: str | None, finish: Any
+        self, verb: str, target: str, target_id: str, zone: str | None, finish: Callable[[], Outcome]
     ) -> dict[str, Any]:
         operation = self.fake.operations.start(
             "compute", verb, target, target_id, zone, self.fake.operation_delay, finish, self.fake.project
@@ -366,7 +380,7 @@ class ComputeApi:
 
     def set_labels(self, zone: str, name: str, query: dict[str, str], body: Any) -> dict[str, Any]:
         instance = self._instance(zone, name)
-        if body.get("labelFingerprint") != instance.label_fingerprint:
+        if not same_fingerprint(body.get("labelFingerprint"), instance.label_fingerprint):
             raise ApiError(
                 412,
                 "Labels fingerprint either invalid or resource labels have changed",

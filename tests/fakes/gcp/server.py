@@ -7,12 +7,15 @@ an injected PERMISSION_DENIED says was missing.
 
 from __future__ import annotations
 
+import email.parser
 import json
 import logging
 import re
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
@@ -34,6 +37,9 @@ class Route:
     # method -> (handler name on the API object, IAM permission it needs)
     methods: dict[str, tuple[str, str]]
 
+
+# Where Google's batch endpoint for each API is (relative to the endpoint override).
+BATCH_PATHS = ("/batch/compute/v1", "/batch/tpu/v2", "/batch")
 
 _SEGMENT = r"([^/:]+)"
 _TPU = rf"/v2/projects/{_SEGMENT}/locations/{_SEGMENT}"
@@ -130,6 +136,44 @@ def resolve(method: str, path: str) -> tuple[Route, str, str, list[str]]:
     raise ApiError(404, f"The requested URL {path} was not found on this server.")
 
 
+def answer_one(fake: FakeGcp, method: str, target: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+    """Status and JSON body for one request (`target` is the path with its query)."""
+    parts = urlsplit(target)
+    api = "tpu" if parts.path.startswith("/v2/") else "compute"
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+        return 200, fake.handle(method, parts.path, dict(parse_qsl(parts.query)), body)
+    except ApiError as error:
+        return error.code, error.tpu_body() if api == "tpu" else error.compute_body()
+    except json.JSONDecodeError as error:
+        return 400, ApiError(400, f"Invalid JSON payload received. {error}").tpu_body()
+    except Exception:  # a bug in the fake: answer like a server error, keep serving
+        logger.exception("fake GCP failed on %s %s", method, target)
+        return 500, ApiError(500, "Internal error in the fake GCP API").tpu_body()
+
+
+def answer_batch(fake: FakeGcp, content_type: str, raw: bytes) -> tuple[str, bytes]:
+    """A batch request (gcloud sends one for a Compute list over several zones): multipart/mixed
+    parts that are each an HTTP request, answered in one multipart/mixed of HTTP responses whose
+    Content-ID is the request's with a `response-` prefix."""
+    message = email.parser.BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    boundary = f"batch_{uuid.uuid4().hex}"
+    out = []
+    for part in message.get_payload():
+        request = part.get_payload(decode=True) or b""
+        head, _, body = request.replace(b"\r\n", b"\n").partition(b"\n\n")
+        method, target = head.split(b"\n", 1)[0].decode().split(" ")[:2]
+        status, answer = answer_one(fake, method, target, body)
+        content_id = str(part.get("Content-ID", "<+0>")).strip("<>")
+        out.append(
+            f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <response-{content_id}>\r\n\r\n"
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps(answer)}\r\n"
+        )
+    out.append(f"--{boundary}--\r\n")
+    return f"multipart/mixed; boundary={boundary}", "".join(out).encode()
+
+
 class _RequestHandler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
@@ -138,26 +182,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
         logger.debug("%s %s", self.address_string(), format % args)
 
     def _handle(self) -> None:
-        fake = self.server.fake
-        parts = urlsplit(self.path)
-        query = dict(parse_qsl(parts.query))
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        api = "tpu" if parts.path.startswith("/v2/") else "compute"
-        try:
-            body = json.loads(raw) if raw else {}
-            status, answer = 200, fake.handle(self.command, parts.path, query, body)
-        except ApiError as error:
-            status = error.code
-            answer = error.tpu_body() if api == "tpu" else error.compute_body()
-        except json.JSONDecodeError as error:
-            status, answer = 400, ApiError(400, f"Invalid JSON payload received. {error}").tpu_body()
-        except Exception:  # a bug in the fake: answer like a server error, keep serving
-            logger.exception("fake GCP failed on %s %s", self.command, self.path)
-            status, answer = 500, ApiError(500, "Internal error in the fake GCP API").tpu_body()
-        data = json.dumps(answer).encode()
+        if self.command == "POST" and urlsplit(self.path).path in BATCH_PATHS:
+            content_type, data = answer_batch(self.server.fake, self.headers.get("Content-Type", ""), raw)
+            status = 200
+        else:
+            status, answer = answer_one(self.server.fake, self.command, self.path, raw)
+            content_type, data = "application/json; charset=UTF-8", json.dumps(answer).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

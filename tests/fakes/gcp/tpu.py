@@ -8,6 +8,7 @@ hold it, the operation fails with code 8 and the node disappears, as a stocked-o
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from fakes.gcp.errors import ApiError, not_found
 from fakes.gcp.hosts import Machine, instance_keys, power_off
-from fakes.gcp.operations import Operation, OperationError, numeric_id, timestamp, tpu_operation_json
+from fakes.gcp.operations import Operation, OperationError, Outcome, numeric_id, timestamp, tpu_operation_json
 from iris.cluster.types import tpu_topology
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class TpuApi:
             raise not_found(f"projects/{self.fake.project}/locations/{zone}/nodes/{name}")
         return node
 
-    def _operation(self, node: Node, verb: str, finish: Any) -> dict[str, Any]:
+    def _operation(self, node: Node, verb: str, finish: Callable[[], Outcome]) -> dict[str, Any]:
         operation = self.fake.operations.start(
             "tpu", verb, node.path, node.id, node.zone, self.fake.operation_delay, finish, self.fake.project
         )
