@@ -355,3 +355,51 @@ def test_cluster_dashboard_open_hands_the_url_to_the_browser(
 
     assert result.returncode == 0, str(result)
     assert opened.read_text().strip() == background_cluster.url() + "/"
+
+
+# ---------------------------------------------------------------- iris rpc
+
+
+def test_rpc_controller_method_with_json_body_prints_the_answer(
+    background_cluster: LocalClusterConfig, hello_run: IrisResult
+) -> None:
+    result = iris_on(background_cluster, "rpc", "ControllerService", "ListJobs", '{"namePrefix": "/cli-hello"}')
+
+    assert result.returncode == 0, str(result)
+    [listed] = json.loads(result.stdout)["jobs"]
+    assert listed["jobId"] == HELLO_JOB and listed["state"] == "JOB_STATE_SUCCEEDED"
+
+
+def test_rpc_worker_method_by_url_reaches_the_worker(background_cluster: LocalClusterConfig) -> None:
+    workers = iris_on(background_cluster, "rpc", "iris.cluster.ControllerService", "ListWorkers")
+    [worker] = json.loads(workers.stdout)["workers"]
+
+    result = background_cluster.runner("rpc", "WorkerService", "HealthCheck", "--url", worker["address"])
+
+    assert result.returncode == 0, str(result)
+    assert json.loads(result.stdout)["healthy"] is True
+
+
+def test_rpc_error_answer_shows_code_and_message(background_cluster: LocalClusterConfig) -> None:
+    result = iris_on(background_cluster, "rpc", "ControllerService", "GetJobStatus", '{"jobId": "/no-such-job"}')
+
+    assert result.returncode == 1
+    assert "GetJobStatus failed: not_found:" in result.stderr and "/no-such-job" in result.stderr
+
+
+def test_rpc_body_with_unknown_field_refused_before_sending(background_cluster: LocalClusterConfig) -> None:
+    result = background_cluster.runner("rpc", "ControllerService", "ListJobs", '{"limt": 5}', "--controller-url", "http://127.0.0.1:9")
+
+    assert result.returncode == 2
+    assert 'no field named "limt"' in result.stderr and "pageSize" in result.stderr
+
+
+def test_rpc_list_names_every_method_of_every_service(background_cluster: LocalClusterConfig) -> None:
+    from iris.cli.rpc import SERVICES
+
+    result = background_cluster.runner("rpc", "--list")
+
+    assert result.returncode == 0, str(result)
+    for service in SERVICES.values():
+        for method in service.methods:
+            assert f"  {method.name}({method.input_type.name}) -> {method.output_type.name}" in result.stdout

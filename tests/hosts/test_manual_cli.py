@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 from netns import HostNetwork, SshHost
@@ -40,6 +41,13 @@ def _iris(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def _ok(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     return result.stdout
+
+
+def _is_worker_daemon(process: psutil.Process) -> bool:
+    try:
+        return "iris.cluster.worker" in " ".join(process.cmdline())
+    except psutil.Error:  # exited (or a zombie) since it was listed
+        return False
 
 
 def _write_config(config: config_pb2.IrisClusterConfig, controller_host: SshHost, path: Path) -> Path:
@@ -227,3 +235,57 @@ def test_manual_controller_sigkilled_and_started_again_adopts_its_slice_and_runn
     # The same worker, on the same slice, carried on: nothing was bootstrapped again.
     assert workers == [worker]
     assert len(slices) == 1 and slices[0].worker_ids == [worker]
+
+
+def test_manual_worker_killed_mid_task_fails_its_slice_and_task_reruns_on_replacement(
+    hosts: list[SshHost], ssh_key: Path, tmp_path: Path
+) -> None:
+    controller_host, pool = hosts[0], hosts[1:3]
+    config = cluster_config([h.address for h in pool], ssh_key, "", tmp_path / "bundles")
+    config.scale_groups[GROUP].min_slices = 1
+    config.defaults.timeouts.ssh_poll_interval.milliseconds = 1000
+    config.defaults.autoscaler.scale_up_delay.milliseconds = 0
+    config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    controller_url = f"http://{controller_host.address}:{CONTROLLER_PORT}"
+    # Hosts share the test's filesystem: each start appends its host's address; `release` ends the task.
+    starts, release = tmp_path / "starts", tmp_path / "release"
+    script = (
+        f"ip -4 -o addr show dev eth0 | awk '{{print $4}}' >> {starts}; "
+        f"while [ ! -e {release} ]; do sleep 0.1; done"
+    )
+
+    def slices() -> list[dict]:
+        listing = _iris("cluster", "--config", str(config_file), "slice", "list", "--all", "--json", cwd=workspace)
+        return json.loads(_ok(listing))
+
+    try:
+        _ok(_iris("cluster", "--config", str(config_file), "start", cwd=workspace))
+        with IrisClient.remote(controller_url, workspace=workspace) as client:
+            job = client.submit(Entrypoint.from_command("bash", "-c", script), name="outlives-its-host")
+            wait_until(starts.exists, 60, 0.1, "the task to start")
+            [first_address] = [line.split("/")[0] for line in starts.read_text().splitlines()]
+            [first_host] = [h for h in pool if h.address == first_address]
+            [spare_host] = [h for h in pool if h is not first_host]
+            [worker_daemon] = [p for p in first_host.processes() if _is_worker_daemon(p)]
+            worker_daemon.kill()
+
+            wait_until(lambda: len(starts.read_text().splitlines()) == 2, 90, 0.2, "the task to run again")
+            release.touch()
+            job.wait(timeout=60)
+            status = job.status(include_tasks=True)
+        listed = slices()
+    finally:
+        release.touch()
+        _ok(_iris("cluster", "--config", str(config_file), "stop", "--yes", cwd=workspace))
+
+    assert status.state == pb.JOB_STATE_SUCCEEDED
+    assert [line.split("/")[0] for line in starts.read_text().splitlines()] == [first_address, spare_host.address]
+    # Losing the host spent the preemption budget, not the failure budget.
+    [task] = status.tasks
+    assert task.preemption_count == 1 and task.failure_count == 0
+    failed = [s for s in listed if s.get("error")]
+    assert len(failed) == 1 and "stopped running" in failed[0]["error"], listed
+    # The autoscaler replaced the lost slice with one on the spare host.
+    assert any(s["state"] == "READY" and "error" not in s for s in listed), listed

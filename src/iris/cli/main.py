@@ -14,6 +14,7 @@ from iris.cli.build import build
 from iris.cli.cluster import cluster
 from iris.cli.connect import add_option_everywhere, config_option, global_connection_options
 from iris.cli.job import job, run, submit
+from iris.cli.rpc import rpc
 
 # Errors a user can act on: one clear line, no traceback (unless --traceback).
 _USER_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, TimeoutError, KeyError)
@@ -84,6 +85,7 @@ iris.add_command(job)
 iris.add_command(cluster)
 iris.add_command(build)
 iris.add_command(actor)
+iris.add_command(rpc)
 add_option_everywhere(iris, traceback_option)
 add_option_everywhere(cluster, config_option)
 

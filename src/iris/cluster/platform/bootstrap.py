@@ -209,9 +209,11 @@ def controller_daemon(
     labels: dict[str, str] | None = None,
     metadata: dict[str, str] | None = None,
     vm_name: str = CONTROLLER_DAEMON_NAME,
+    storage_dirs: list[str] | None = None,
 ) -> HostDaemon:
     """The controller daemon started on a host, serving the cluster config `config_yaml` and
-    telling workers to reach it at `advertise_host`."""
+    telling workers to reach it at `advertise_host`. `storage_dirs` (see `local_storage_dirs`) are
+    mounted when it runs from the image, since it writes job bundles there."""
     directory = f"{DAEMONS_DIR}/{CONTROLLER_DAEMON_NAME}"
     config_path = f"{directory}/config.yaml"
     args = [
@@ -239,7 +241,7 @@ def controller_daemon(
         env=dict(env or {}),
         image="" if python_env else image,
         python_env=python_env,
-        host_dirs=[directory],
+        host_dirs=[directory, *(storage_dirs or [])],
         files={config_path: config_yaml},
     )
 

@@ -217,7 +217,7 @@ class ManualPlatform:
         self._ready_timeout = Duration.from_proto(config.defaults.timeouts.init_timeout)
         self._kill_grace_s = config.defaults.timeouts.kill_grace_period.milliseconds / 1000
         self._check_interval = Duration.from_proto(config.defaults.timeouts.ssh_poll_interval)
-        self._storage_dirs = local_storage_dirs(config.storage.bundle_prefix)
+        self._storage_dirs = local_storage_dirs(config.storage.bundle_prefix, config.storage.log_prefix)
         self._lock = threading.Lock()
         self._slices: dict[str, _SliceRecord] = {}
         # host -> slice id holding it; rebuilt from markers by list_slices after a restart
@@ -554,6 +554,7 @@ class ManualPlatform:
             labels=dict(config.labels),
             metadata=dict(config.metadata),
             vm_name=config.name or f"{self.label_prefix}-controller",
+            storage_dirs=self._storage_dirs,
         )
         handle = ManualControllerHandle(remote, daemon.marker)
         try:
