@@ -100,7 +100,8 @@ def cluster_config(tmp_path: Path, controller_env: dict[str, str]) -> dict[str, 
         "evaluation_interval": "1s",
         "scale_up_delay": "0s",
         "scale_down_delay": "10m",
-        "quota_backoff": "15s",
+        # Longer than one zone's stockout takes to show, so that both zones are blocked at once.
+        "quota_backoff": "60s",
     }
     return config
 

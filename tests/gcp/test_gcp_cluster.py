@@ -29,7 +29,6 @@ from cluster_support import (
 )
 from conftest import Gcloud
 from fakes.gcp import FakeGcp
-from fakes.gcp.compute import Metadata
 from netns import HostNetwork
 
 from iris.client import IrisClient
@@ -56,22 +55,6 @@ def gcloud_environ(fake_gcp: FakeGcp, tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("IRIS_GCP_PROJECT", fake_gcp.project)
     return env
-
-
-@pytest.fixture(autouse=True)
-def urlsafe_fingerprints(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gcloud sends a metadata fingerprint back in URL-safe base64 ('-', '_'), while the fake hands
-    them out in standard base64 and compares the texts, so about a third of its fingerprints are
-    refused as stale. Until the fake compares the decoded bytes, compare them for it."""
-    original = Metadata.replace
-
-    def replace(self: Metadata, body: dict) -> None:
-        sent = str(body.get("fingerprint", ""))
-        if sent.translate(str.maketrans("-_", "+/")) == self.fingerprint:
-            body = {**body, "fingerprint": self.fingerprint}
-        original(self, body)
-
-    monkeypatch.setattr(Metadata, "replace", replace)
 
 
 @pytest.fixture
