@@ -1244,6 +1244,8 @@ def test_store_tpu_gang_of_four_lands_on_one_slice_with_tpu_env_in_task_order(cl
         assert run.env["JAX_PLATFORMS"] == "tpu,cpu"
         assert run.env["PJRT_DEVICE"] == "TPU"
         assert run.env["TPU_NAME"] == "slice-1"
+        # Four chips per host of a v5litepod-16, laid out 2x2.
+        assert run.env["TPU_CHIPS_PER_HOST_BOUNDS"] == "2,2,1"
         assert (run.env["IRIS_TASK_INDEX"], run.env["IRIS_NUM_TASKS"]) == (str(index), "4")
         assert run.resources.device.tpu.variant == V16
 

@@ -26,6 +26,7 @@ from iris.cluster.controller.lifecycle import (
     ControllerInfo,
     connect_cluster,
     controller_connection,
+    labelled_resources,
     local_state_dir,
     reachable_controller,
     reload_controller,
@@ -480,3 +481,37 @@ def vm_logs(ctx: click.Context, worker_id: str, tail: int) -> None:
     with client:
         logs = client.call("get_worker_logs", pb.GetWorkerLogsRequest(worker_id=worker_id, tail_lines=tail)).logs
     click.echo(logs)
+
+
+# ---------------------------------------------------------------- debugging
+
+
+@cluster.group("debug")
+def debug_group() -> None:
+    """Repairs for when a cluster is in a state its controller cannot fix."""
+
+
+@debug_group.command("cleanup")
+@click.option("--no-dry-run", "delete", is_flag=True, help="Delete what is listed (default: only list it).")
+@click.pass_context
+def debug_cleanup(ctx: click.Context, delete: bool) -> None:
+    """List every resource this cluster's labels mark on the platform (controller VMs, slices),
+    whether or not a controller runs; with --no-dry-run, delete them all."""
+    config, config_path = _load(ctx)
+    platform = _platform(config, config_path)
+    vms, slices = labelled_resources(platform, config)
+    if not vms and not slices:
+        click.echo(f"nothing of cluster '{config.name}' found")
+        return
+    for vm in vms:
+        click.echo(f"vm     {vm.worker_id}  {vm.internal_address}")
+    for handle in slices:
+        click.echo(f"slice  {handle.slice_id}  {handle.scale_group or '-'}  {handle.zone or '-'}")
+    if not delete:
+        click.echo(f"dry run: {len(vms)} VM(s) and {len(slices)} slice(s) left as they are; --no-dry-run deletes them")
+        return
+    for vm in vms:
+        vm.terminate()
+    for handle in slices:
+        handle.terminate()
+    click.echo(f"deleted {len(vms)} VM(s) and {len(slices)} slice(s)")

@@ -73,12 +73,20 @@ class TaskEnv:
         )
 
 
-def tpu_env(task_index: int, gang_hosts: Sequence[str], tpu_name: str) -> dict[str, str]:
+def tpu_env(task_index: int, gang_hosts: Sequence[str], tpu_name: str, chips_per_host: int = 0) -> dict[str, str]:
     """What JAX needs to form one program over a slice's hosts: the hosts of the whole gang in
-    task order, and this task's place among them."""
+    task order, this task's place among them, and how the chips of each host are laid out."""
     env = {**TPU_RUNTIME_ENV, "TPU_WORKER_ID": str(task_index)}
     if gang_hosts:
         env["TPU_WORKER_HOSTNAMES"] = ",".join(gang_hosts)
     if tpu_name:
         env["TPU_NAME"] = tpu_name
+    if chips_per_host:
+        env["TPU_CHIPS_PER_HOST_BOUNDS"] = chips_per_host_bounds(chips_per_host)
     return env
+
+
+def chips_per_host_bounds(chips_per_host: int) -> str:
+    """The x,y,z extent of one host's chips, as the TPU runtime reads it: 4 chips are 2x2, 8 are 2x4."""
+    x = 2 if chips_per_host >= 4 else 1
+    return f"{x},{max(1, chips_per_host // x)},1"

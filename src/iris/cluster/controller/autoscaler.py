@@ -478,7 +478,8 @@ class Autoscaler:
                 self._check_registration(slice_id, entry, row, now)
                 continue
             if state == SliceState.FAILED or (state == SliceState.DELETING and row["state"] != SliceState.DELETING):
-                self._slice_failed(slice_id, entry, row["state"], status.message or "the platform reported it failed")
+                reason = status.message or "the platform reported it failed"
+                self._slice_failed(slice_id, entry, row["state"], reason, zone_exhausted=status.quota_exhausted)
                 continue
             worker_ids = [w.worker_id for w in status.workers]
             self._store.update_slice(slice_id, state, f"platform reports {state}", now, worker_ids=worker_ids)
@@ -501,14 +502,24 @@ class Autoscaler:
             self._slice_failed(slice_id, entry, row["state"], failure, never_usable=True)
 
     def _slice_failed(
-        self, slice_id: str, entry: _Tracked, current: str, reason: str, never_usable: bool = False
+        self,
+        slice_id: str,
+        entry: _Tracked,
+        current: str,
+        reason: str,
+        never_usable: bool = False,
+        zone_exhausted: bool = False,
     ) -> None:
         now = self._clock()
         group = self.groups[entry.group]
         if current != SliceState.FAILED:
             self._store.update_slice(slice_id, SliceState.FAILED, reason, now, error=reason)
         self._fail_slice_workers(slice_id, reason)
-        if current != SliceState.READY or never_usable:
+        if zone_exhausted:
+            # The zone ran out after accepting the request: the group's other zones may still have room.
+            group.block_zone(entry.zone, now, self.settings.quota_backoff_ms, reason)
+            self._record(entry.group, "quota", zone=entry.zone, reason=f"{reason}; trying the next zone")
+        elif current != SliceState.READY or never_usable:
             # A slice that never came up says something about the group (bad image, no capacity);
             # a READY slice dying (preemption) does not, so it costs no backoff.
             group.record_failure(now, reason, self.settings.failure_backoff_base_ms, self.settings.failure_backoff_max_ms)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from iris.cluster.task_env import TaskEnv, tpu_env
-from iris.cluster.types import ATTR_TPU_NAME, attribute_from_proto
+from iris.cluster.types import ATTR_TPU_NAME, attribute_from_proto, tpu_topology
 from iris.rpc import cluster_pb2 as pb
 
 
@@ -32,9 +32,13 @@ def run_request(
     ).to_env()
     if request.resources.device.HasField("tpu"):
         tpu_name = worker.attributes.get(ATTR_TPU_NAME)
+        variant = request.resources.device.tpu.variant
         env.update(
             tpu_env(
-                attempt["task_index"], gang_hosts, str(attribute_from_proto(tpu_name)) if tpu_name else ""
+                attempt["task_index"],
+                gang_hosts,
+                str(attribute_from_proto(tpu_name)) if tpu_name else "",
+                tpu_topology(variant).chips_per_host if variant else 0,
             )
         )
     return pb.RunTaskRequest(

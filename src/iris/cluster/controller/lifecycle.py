@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from iris.cluster.platform.base import Labels, Platform, PlatformError, StandaloneWorkerHandle
+from iris.cluster.platform.base import Labels, Platform, PlatformError, SliceHandle, StandaloneWorkerHandle
 from iris.config import state_dir_of
 from iris.rpc import config_pb2
 from iris.time import wait_until
@@ -168,12 +168,25 @@ def reachable_controller(platform: Platform, address: str) -> Iterator[str]:
         yield local_url
 
 
+def _slice_zones(config: config_pb2.IrisClusterConfig) -> list[str]:
+    return sorted({z for g in config.scale_groups.values() for z in (g.zones or [""])})
+
+
+def labelled_resources(
+    platform: Platform, config: config_pb2.IrisClusterConfig
+) -> tuple[list[StandaloneWorkerHandle], list[SliceHandle]]:
+    """Everything of this cluster the platform holds, found by the cluster's labels alone (no
+    controller needed): its controller VMs and its slices."""
+    vms = platform.list_vms([], {_labels(config).controller: "true"})
+    slices = platform.list_slices(_slice_zones(config), {_labels(config).managed: "true"})
+    return vms, slices
+
+
 def stop_all(platform: Platform, config: config_pb2.IrisClusterConfig) -> tuple[bool, list[str]]:
     """Stop the controller, then end every slice this cluster's label prefix marks as managed."""
     stopped = stop_controller(platform, config)
-    zones = sorted({z for g in config.scale_groups.values() for z in (g.zones or [""])})
     ended = []
-    for handle in platform.list_slices(zones, {_labels(config).managed: "true"}):
+    for handle in platform.list_slices(_slice_zones(config), {_labels(config).managed: "true"}):
         handle.terminate()
         ended.append(handle.slice_id)
     return stopped, ended

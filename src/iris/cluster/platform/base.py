@@ -95,6 +95,9 @@ class SliceStatus:
     workers: list[RemoteWorkerHandle] = field(default_factory=list)
     # Why the slice is FAILED (or what it is waiting on), in words a user can act on.
     message: str = ""
+    # FAILED because its zone ran out of quota or capacity after accepting the request: the
+    # autoscaler blocks the zone as if create_slice had raised QuotaExhaustedError.
+    quota_exhausted: bool = False
 
 
 @runtime_checkable

@@ -43,7 +43,7 @@ SSH_CLIENT_ERROR_EXIT = 255
 # `timeout` there sends SIGTERM, then SIGKILL after this grace).
 _REMOTE_KILL_GRACE_S = 5
 # coreutils `timeout`'s exit status for "the command ran out of time".
-_TIMEOUT_EXIT = 124
+TIMEOUT_EXIT = 124
 
 
 class RemoteExecError(PlatformError):
@@ -78,6 +78,15 @@ class RemoteCommandFailedError(RemoteExecError):
         # last thing a failing command prints is usually why.
         final = [line.strip() for line in tail.splitlines() if line.strip()][-1]
         super().__init__(address, f"{message}: {final}; its last output lines:\n{tail}")
+
+
+def bounded_command(command: str, timeout: Duration | None) -> str:
+    """`command` wrapped so that the host itself ends it at `timeout`: killing a local ssh client
+    does not end the remote command, coreutils `timeout` on the host does (exit 124)."""
+    if timeout is None:
+        return command
+    seconds = max(1, round(timeout.seconds))
+    return f"timeout -k {_REMOTE_KILL_GRACE_S} {seconds} bash -c {shlex.quote(command)}"
 
 
 def last_lines(result: CommandResult, count: int) -> str:
@@ -218,11 +227,7 @@ class DirectSshRemoteExec:
         return ["ssh", *self._options(), "-p", str(self._port), f"{self._user}@{self._address}", command]
 
     def _bounded(self, command: str, timeout: Duration | None) -> str:
-        # Killing the local ssh does not end the remote command; coreutils `timeout` on the host does.
-        if timeout is None:
-            return command
-        seconds = max(1, round(timeout.seconds))
-        return f"timeout -k {_REMOTE_KILL_GRACE_S} {seconds} bash -c {shlex.quote(command)}"
+        return bounded_command(command, timeout)
 
     def _local_deadline_s(self, timeout: Duration) -> float:
         return timeout.seconds + self._connect_timeout.seconds + 2
@@ -231,13 +236,13 @@ class DirectSshRemoteExec:
         error = classify_client_error(self._address, result.returncode, result.stderr)
         if error is not None:
             raise error
-        if timeout is not None and result.returncode == _TIMEOUT_EXIT:
+        if timeout is not None and result.returncode == TIMEOUT_EXIT:
             raise self._timed_out(command, timeout)
         return result
 
     def _timed_out(self, command: str, timeout: Duration) -> RemoteCommandTimeoutError:
         return RemoteCommandTimeoutError(
-            self._address, f"`{_short(command)}` on {self._address} did not finish within {timeout}"
+            self._address, f"`{short_command(command)}` on {self._address} did not finish within {timeout}"
         )
 
     def run(self, command: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
@@ -394,7 +399,7 @@ def _scp_host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def _short(command: str, limit: int = 80) -> str:
+def short_command(command: str, limit: int = 80) -> str:
     """A command as an error message quotes it: its first line, cut to `limit` characters."""
     lines = command.strip().splitlines() or [""]
     if len(lines) == 1 and len(lines[0]) <= limit:
