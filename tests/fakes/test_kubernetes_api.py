@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import threading
@@ -58,6 +59,42 @@ def test_kubectl_apply_server_side_creates_and_updates(cluster: FakeKubernetes) 
     data = json.loads(_ok(cluster.kubectl("get", "configmap", "ssa", "-o", "jsonpath={.data}")))
 
     assert data == {"k": "v2"}
+
+
+def test_kubectl_create_generators_send_protobuf_that_the_server_stores(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
+    for args in (
+        ("create", "namespace", "team"),
+        ("create", "configmap", "settings", "-n", "team", "--from-literal=mode=fast"),
+        ("create", "secret", "generic", "creds", "-n", "team", "--from-literal=token=s3cr3t"),
+        ("create", "serviceaccount", "runner", "-n", "team"),
+        ("create", "clusterrole", "pod-reader", "--verb=get,list", "--resource=pods"),
+        ("create", "clusterrolebinding", "read-pods", "--clusterrole=pod-reader", "--serviceaccount=team:runner"),
+    ):
+        _ok(cluster.kubectl(*args))
+    core = k8s.CoreV1Api(api_client)
+    rbac = k8s.RbacAuthorizationV1Api(api_client)
+
+    assert core.read_namespace("team").metadata.name == "team"
+    assert core.read_namespaced_config_map("settings", "team").data == {"mode": "fast"}
+    secret = core.read_namespaced_secret("creds", "team")
+    assert (secret.type, base64.b64decode(secret.data["token"])) == ("Opaque", b"s3cr3t")
+    assert core.read_namespaced_service_account("runner", "team").metadata.namespace == "team"
+    rule = rbac.read_cluster_role("pod-reader").rules[0]
+    assert (rule.verbs, rule.resources, rule.api_groups) == (["get", "list"], ["pods"], [""])
+    binding = rbac.read_cluster_role_binding("read-pods")
+    assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", "pod-reader")
+    assert [(s.kind, s.namespace, s.name) for s in binding.subjects] == [("ServiceAccount", "team", "runner")]
+
+
+def test_kubectl_create_existing_object_in_protobuf_reports_already_exists(cluster: FakeKubernetes) -> None:
+    _ok(cluster.kubectl("create", "configmap", "once"))
+
+    second = cluster.kubectl("create", "configmap", "once")
+
+    assert second.returncode != 0
+    assert 'configmaps "once" already exists' in second.stderr
 
 
 def test_kubectl_apply_dry_run_server_validates_without_storing(cluster: FakeKubernetes) -> None:

@@ -20,6 +20,7 @@ import yaml
 from fakes.kubernetes import discovery
 from fakes.kubernetes.patch import APPLY_PATCH, PATCH_TYPES, PatchError, apply_patch
 from fakes.kubernetes.portforward import SpdyPortForward, serve_websocket
+from fakes.kubernetes.protobuf import PROTOBUF, ProtobufError, decode_object
 from fakes.kubernetes.resources import Resource, find_resource
 from fakes.kubernetes.selectors import SelectorError, parse_field_selector, parse_label_selector
 from fakes.kubernetes.store import BACKGROUND, ApiError, Store, WatchEvent, not_found
@@ -156,9 +157,13 @@ class ApiHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         self.query = {key: values for key, values in parse_qs(url.query, keep_blank_values=True).items()}
         parts = [part for part in url.path.split("/") if part]
+        self._body_read = False
         try:
             self._route(method, parts)
         except ApiError as exc:
+            # An unread body would be taken for the next request on this keep-alive connection.
+            if not self._body_read:
+                self._read_body()
             self._send_json(exc.status(), exc.code)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -295,19 +300,26 @@ class ApiHandler(BaseHTTPRequestHandler):
         return self._param("dryRun") == "All"
 
     def _read_body(self) -> bytes:
+        self._body_read = True
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
     def _read_object(self, content_type: str = "") -> Any:
         raw = self._read_body()
         sent_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if raw and sent_type == PROTOBUF:
+            try:
+                return decode_object(raw)
+            except ProtobufError as exc:
+                raise ApiError(
+                    415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {exc}"
+                ) from None
         if raw and sent_type not in ("application/json", "application/yaml", *PATCH_TYPES):
-            # Clients retry in JSON after a 415, as they do against servers without protobuf.
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
                 "the body of the request was in an unknown format - accepted media types include: "
-                "application/json, application/yaml",
+                f"application/json, application/yaml, {PROTOBUF}",
             )
         try:
             if content_type == APPLY_PATCH:
