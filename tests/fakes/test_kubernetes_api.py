@@ -70,7 +70,13 @@ def test_kubectl_create_generators_send_protobuf_that_the_server_stores(
         ("create", "secret", "generic", "creds", "-n", "team", "--from-literal=token=s3cr3t"),
         ("create", "serviceaccount", "runner", "-n", "team"),
         ("create", "clusterrole", "pod-reader", "--verb=get,list", "--resource=pods"),
-        ("create", "clusterrolebinding", "read-pods", "--clusterrole=pod-reader", "--serviceaccount=team:runner"),
+        (
+            "create",
+            "clusterrolebinding",
+            "read-pods",
+            "--clusterrole=pod-reader",
+            "--serviceaccount=team:runner",
+        ),
     ):
         _ok(cluster.kubectl(*args))
     core = k8s.CoreV1Api(api_client)

@@ -23,7 +23,12 @@ MAGIC = b"k8s\x00"
 # ("map", value type), ("list", element type) or a message name from _MESSAGES.
 FieldType = Any
 _MESSAGES: dict[str, dict[int, tuple[str, FieldType]]] = {
-    "Unknown": {1: ("typeMeta", "TypeMeta"), 2: ("raw", "raw"), 3: ("contentEncoding", "string"), 4: ("contentType", "string")},
+    "Unknown": {
+        1: ("typeMeta", "TypeMeta"),
+        2: ("raw", "raw"),
+        3: ("contentEncoding", "string"),
+        4: ("contentType", "string"),
+    },
     "TypeMeta": {1: ("apiVersion", "string"), 2: ("kind", "string")},
     "ObjectMeta": {
         1: ("name", "string"),
@@ -49,7 +54,11 @@ _MESSAGES: dict[str, dict[int, tuple[str, FieldType]]] = {
         6: ("controller", "bool"),
         7: ("blockOwnerDeletion", "bool"),
     },
-    "Namespace": {1: ("metadata", "ObjectMeta"), 2: ("spec", "NamespaceSpec"), 3: ("status", "NamespaceStatus")},
+    "Namespace": {
+        1: ("metadata", "ObjectMeta"),
+        2: ("spec", "NamespaceSpec"),
+        3: ("status", "NamespaceStatus"),
+    },
     "NamespaceSpec": {1: ("finalizers", ("list", "string"))},
     "NamespaceStatus": {1: ("phase", "string")},
     "ConfigMap": {
@@ -94,7 +103,12 @@ _MESSAGES: dict[str, dict[int, tuple[str, FieldType]]] = {
         2: ("subjects", ("list", "Subject")),
         3: ("roleRef", "RoleRef"),
     },
-    "Subject": {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"), 4: ("namespace", "string")},
+    "Subject": {
+        1: ("kind", "string"),
+        2: ("apiGroup", "string"),
+        3: ("name", "string"),
+        4: ("namespace", "string"),
+    },
     "RoleRef": {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")},
     "Time": {1: ("seconds", "int"), 2: ("nanos", "int")},
 }
@@ -180,7 +194,9 @@ def decode_message(message: str, data: bytes) -> dict[str, Any]:
                 raise ProtobufError(f"{where}: expected a map entry")
             entry = dict(_fields(value))
             key = entry.get(1, b"")
-            out.setdefault(name, {})[_scalar("string", key, where)] = _scalar(kind[1], entry.get(2, b""), where)
+            out.setdefault(name, {})[_scalar("string", key, where)] = _scalar(
+                kind[1], entry.get(2, b""), where
+            )
         elif isinstance(kind, tuple):
             out.setdefault(name, []).append(_scalar(kind[1], value, where))
         else:
