@@ -97,6 +97,37 @@ def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes()
     assert "ownerReferences" not in manifest["metadata"]
 
 
+def test_task_pod_manifest_of_an_infiniband_worker_claims_rdma_and_gets_the_seed_env() -> None:
+    settings = KubernetesSettings.from_env(
+        {
+            "IRIS_POD_NAMESPACE": "iris",
+            "IRIS_INFINIBAND": "true",
+            "IRIS_S3_SECRET_NAME": "iris-s3-credentials",
+            "IRIS_SERVICE_ACCOUNT_NAME": "iris-tasks",
+            "AWS_ENDPOINT_URL": "http://object-store.example:9000",
+            "FSSPEC_S3": '{"endpoint_url": "http://object-store.example:9000"}',
+        }
+    )
+    manifest = task_pod_manifest(
+        _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500), "p", settings, "main", ["true"]
+    )
+
+    container = manifest["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "500m", "rdma/ib": "1"}
+    assert container["resources"]["requests"] == {"cpu": "500m", "rdma/ib": "1"}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    # Seed 001 section 10: the task Pod learns about InfiniBand only through the claimed device.
+    assert not [name for name in env if "INFINIBAND" in name]
+    assert env["IRIS_S3_SECRET_NAME"] == "iris-s3-credentials"
+    assert env["IRIS_SERVICE_ACCOUNT_NAME"] == "iris-tasks"
+    assert env["AWS_ENDPOINT_URL"] == "http://object-store.example:9000"
+    assert env["FSSPEC_S3"] == '{"endpoint_url": "http://object-store.example:9000"}'
+    assert env["AWS_SECRET_ACCESS_KEY"] == {
+        "secretKeyRef": {"name": "iris-s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    assert manifest["spec"]["serviceAccountName"] == "iris-tasks"
+
+
 # -- against the fake cluster ------------------------------------------------------------------
 
 

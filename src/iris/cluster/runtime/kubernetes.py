@@ -64,6 +64,8 @@ RDMA_RESOURCE = "rdma/ib"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+# seed 001 section 10: what the platform sets on the worker Pod that task Pods get as well.
+FORWARDED_ENV = ("IRIS_SERVICE_ACCOUNT_NAME", "IRIS_S3_SECRET_NAME", "AWS_ENDPOINT_URL", "FSSPEC_S3")
 # Waiting reasons after which a container will not start without someone changing something.
 FATAL_WAITING_REASONS = frozenset(
     {
@@ -114,7 +116,10 @@ class KubernetesSettings:
     node_name: str = ""
     service_account: str = ""
     s3_secret: str = ""
+    # The scale group's `infiniband`: task Pods claim `rdma/ib: 1`. Seed 001 names no variable for
+    # it in the Pods' env; the platform tells the worker through IRIS_INFINIBAND.
     infiniband: bool = False
+    forwarded_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> KubernetesSettings:
@@ -131,6 +136,7 @@ class KubernetesSettings:
             service_account=env.get("IRIS_SERVICE_ACCOUNT_NAME", ""),
             s3_secret=env.get("IRIS_S3_SECRET_NAME", ""),
             infiniband=env.get("IRIS_INFINIBAND", "").lower() in ("1", "true", "yes"),
+            forwarded_env=tuple((key, env[key]) for key in FORWARDED_ENV if env.get(key)),
         )
 
     @property
@@ -144,7 +150,7 @@ def task_pod_manifest(
 ) -> dict[str, Any]:
     """The Pod running `command` for one attempt (the main command or a build step)."""
     workdir = str(config.workdir)
-    env = container_env(config)
+    env = {**dict(settings.forwarded_env), **container_env(config)}
     env_list: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
     for key, path in DOWNWARD_ENV.items():
         if key not in env:
@@ -182,8 +188,9 @@ def task_pod_manifest(
     }
     if config.gpu_count:
         limits[GPU_RESOURCE] = requests[GPU_RESOURCE] = str(config.gpu_count)
-        if settings.infiniband:
-            limits[RDMA_RESOURCE] = requests[RDMA_RESOURCE] = "1"
+    if settings.infiniband:
+        limits[RDMA_RESOURCE] = requests[RDMA_RESOURCE] = "1"
+    if config.gpu_count or settings.infiniband:
         spec["containers"][0]["resources"] = {"requests": requests, "limits": limits}
     # Every task Pod tolerates the GPU taint: it goes to its worker's node, which may be a GPU node
     # even when this task needs no GPU.
