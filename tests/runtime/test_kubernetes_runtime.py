@@ -82,8 +82,6 @@ def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes()
         _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500, memory_bytes=2**30),
         "p",
         KubernetesSettings(namespace="iris"),
-        "main",
-        ["python3", "x.py"],
     )
 
     resources = manifest["spec"]["containers"][0]["resources"]
@@ -109,7 +107,7 @@ def test_task_pod_manifest_of_an_infiniband_worker_claims_rdma_and_gets_the_seed
         }
     )
     manifest = task_pod_manifest(
-        _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500), "p", settings, "main", ["true"]
+        _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500), "p", settings
     )
 
     container = manifest["spec"]["containers"][0]
@@ -132,7 +130,12 @@ def test_task_pod_manifest_of_an_infiniband_worker_claims_rdma_and_gets_the_seed
 
 
 def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
-    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
     node = f"gpu-{uuid.uuid4().hex[:6]}"
     kubernetes_cluster.add_node(
@@ -154,7 +157,8 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
             "spec": {
                 "nodeName": node,
                 "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "w", "image": docker_engine.base_image, "command": ["sleep", "600"]}],
+                # Task Pods fill their workdir with this Pod's image, which has iris.
+                "containers": [{"name": "w", "image": task_image, "command": ["sleep", "600"]}],
             },
         },
     )
@@ -162,7 +166,6 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
         namespace=namespace,
         owner_pod_name="worker",
         owner_pod_uid=worker.metadata.uid,
-        node_name=node,
         s3_secret="s3",
         infiniband=True,
     )
@@ -206,11 +209,16 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
 
 
 def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
-    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
     worker = core.create_namespaced_pod(
         namespace,
-        {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": "unused"}]}},
+        {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": task_image}]}},
     )
     settings = KubernetesSettings(
         namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid
@@ -232,10 +240,11 @@ def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
 
 
 def test_unpullable_image_fails_the_attempt_at_once_with_the_kubelets_reason(
-    kubernetes_cluster: FakeKubernetes, namespace: str, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes, namespace: str, tmp_path: Path, task_image: str
 ) -> None:
     runtime = KubernetesRuntime(
-        KubernetesSettings(namespace=namespace), kubeconfig=str(kubernetes_cluster.kubeconfig)
+        KubernetesSettings(namespace=namespace, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
     )
     handle = runtime.create_container(_config(tmp_path, "iris-test/no-such-image:1", ["true"]))
     started = time.monotonic()
@@ -253,9 +262,13 @@ def test_unpullable_image_fails_the_attempt_at_once_with_the_kubelets_reason(
 
 
 def test_missing_s3_secret_fails_with_create_container_config_error(
-    kubernetes_cluster: FakeKubernetes, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
-    settings = KubernetesSettings(namespace=namespace, s3_secret="not-created")
+    settings = KubernetesSettings(namespace=namespace, s3_secret="not-created", helper_image=task_image)
     runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
     handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["true"]))
     try:
@@ -289,12 +302,17 @@ def test_runtime_without_a_reachable_api_server_says_where_it_looked(tmp_path: P
 
 
 def test_task_pods_end_when_the_namespace_is_deleted(
-    kubernetes_cluster: FakeKubernetes, core: Any, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
     name = f"rt-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     runtime = KubernetesRuntime(
-        KubernetesSettings(namespace=name), kubeconfig=str(kubernetes_cluster.kubeconfig)
+        KubernetesSettings(namespace=name, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
     )
     handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["sleep", "600"]))
     try:

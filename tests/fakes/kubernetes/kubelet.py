@@ -203,6 +203,7 @@ class PodWorker:
             source, kind = volume["configMap"], "configmap"
             obj = self.kubelet.store.find(_resource("configmaps"), self.namespace, source.get("name", ""))
             data = {k: v.encode() for k, v in ((obj or {}).get("data") or {}).items()}
+            data.update({k: base64.b64decode(v) for k, v in ((obj or {}).get("binaryData") or {}).items()})
         else:
             source, kind = volume["secret"], "secret"
             obj = self.kubelet.store.find(_resource("secrets"), self.namespace, source.get("secretName", ""))
@@ -240,6 +241,7 @@ class PodWorker:
                     break
                 if self.pod["spec"].get("restartPolicy") == "Never":
                     self._publish(phase="Failed")
+                    self._keep_until_deleted()
                     return False
                 self._back_off(record)
         return True
@@ -274,10 +276,7 @@ class PodWorker:
             if changed:
                 self._publish()
             if self._phase() in ("Succeeded", "Failed"):
-                # Finished: the containers stay (for logs) until the Pod is deleted.
-                while not self._deleting():
-                    if self.stopped.wait(self.kubelet.poll_seconds * 5):
-                        return
+                self._keep_until_deleted()
                 return
             if self.stopped.wait(self.kubelet.poll_seconds):
                 return
@@ -298,6 +297,12 @@ class PodWorker:
                 if not ready:
                     self._event("Warning", "Unhealthy", f"Readiness probe failed for container {record.name}")
         return changed
+
+    def _keep_until_deleted(self) -> None:
+        """A finished Pod's containers stay (for logs) until the Pod is deleted."""
+        while not self._deleting():
+            if self.stopped.wait(self.kubelet.poll_seconds * 5):
+                return
 
     def _probe_liveness(self) -> None:
         """Run the liveness probes that are due; kill each container that failed too often."""
