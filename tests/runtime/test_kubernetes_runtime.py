@@ -25,6 +25,7 @@ from iris.cluster.runtime.kubernetes import (
     pod_name,
     task_pod_manifest,
 )
+from iris.cluster.runtime.pod_workdir import zip_tree
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 from iris.time import wait_until
 
@@ -328,3 +329,41 @@ def test_task_pods_end_when_the_namespace_is_deleted(
     wait_until(
         lambda: name not in [n.metadata.name for n in core.list_namespace().items], 10, 0.1, "namespace gone"
     )
+
+
+def test_bundle_that_does_not_match_its_digest_fails_the_attempt_with_the_init_containers_reason(
+    kubernetes_cluster: FakeKubernetes,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
+) -> None:
+    store = tmp_path / "bundles"
+    store.mkdir()
+    claimed = "ab" * 32
+    (store / f"{claimed}.zip").write_bytes(
+        zip_tree(Path(__file__).parent, lambda path: path.name == "engines.py")
+    )
+    runtime = KubernetesRuntime(
+        KubernetesSettings(namespace=namespace, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
+    )
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    handle = runtime.create_container(
+        _config(
+            workdir,
+            docker_engine.base_image,
+            ["true"],
+            bundle_uri=f"file://{store}/{claimed}.zip",
+            bundle_sha256=claimed,
+        )
+    )
+    try:
+        with pytest.raises(ContainerError) as excinfo:
+            handle.run()
+    finally:
+        handle.cleanup()
+
+    assert "cannot materialise the task's workdir" in str(excinfo.value)
+    assert f"not {claimed}: resubmit the job" in str(excinfo.value)
