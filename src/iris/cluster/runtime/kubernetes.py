@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iris.bundle_format import UnsafeBundleError, extract_bundle
-
 from iris.cluster.runtime.engine import (
     LABEL_ROLE,
     ROLE_MAIN,
