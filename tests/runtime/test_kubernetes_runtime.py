@@ -167,6 +167,7 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
         namespace=namespace,
         owner_pod_name="worker",
         owner_pod_uid=worker.metadata.uid,
+        node_name=node,
         s3_secret="s3",
         infiniband=True,
     )

@@ -4,7 +4,8 @@ Talks to the API server with the official `kubernetes` client (imported when the
 created, so workers using another runtime start without it): in-cluster credentials when the
 worker runs as a Pod, otherwise $KUBECONFIG or ~/.kube/config.
 
-A task Pod (seed 001, "KubernetesRuntime") can run on any node, so it brings its own workdir:
+A task Pod (seed 001, "KubernetesRuntime") goes to its worker's node, whose resources the controller
+placed it by, but needs nothing from that host: it brings its own workdir:
 - an `emptyDir` at /app, filled by an init container (`pod_workdir fill`, from the worker's image)
   that fetches the job bundle through fsspec and unpacks it, then adds the files the worker wrote
   (the callable, inputs), which travel in a ConfigMap named like the Pod; paths the worker computed
@@ -82,6 +83,7 @@ _GATE_SCRIPT = f'until [ -e {APP_DIR}/{STATE_DIRNAME}/{START_NAME} ]; do sleep 0
 GPU_RESOURCE = "nvidia.com/gpu"
 RDMA_RESOURCE = "rdma/ib"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 # seed 001 section 10: what the platform sets on the worker Pod that task Pods get as well.
 FORWARDED_ENV = ("IRIS_SERVICE_ACCOUNT_NAME", "IRIS_S3_SECRET_NAME", "AWS_ENDPOINT_URL", "FSSPEC_S3")
@@ -133,6 +135,7 @@ class KubernetesSettings:
     namespace: str = "default"
     owner_pod_name: str = ""
     owner_pod_uid: str = ""
+    node_name: str = ""
     service_account: str = ""
     s3_secret: str = ""
     # The scale group's `infiniband`: task Pods claim `rdma/ib: 1`. Seed 001 names no variable for
@@ -154,6 +157,7 @@ class KubernetesSettings:
             namespace=namespace or "default",
             owner_pod_name=env.get("IRIS_POD_NAME", ""),
             owner_pod_uid=env.get("IRIS_POD_UID", ""),
+            node_name=env.get("IRIS_WORKER_NODE_NAME", ""),
             service_account=env.get("IRIS_SERVICE_ACCOUNT_NAME", ""),
             s3_secret=env.get("IRIS_S3_SECRET_NAME", ""),
             infiniband=env.get("IRIS_INFINIBAND", "").lower() in ("1", "true", "yes"),
@@ -284,6 +288,9 @@ def task_pod_manifest(
     }
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
+    if settings.node_name:
+        # The controller placed the task by what this worker's node offers (its GPUs among them).
+        spec["nodeSelector"] = {HOSTNAME_LABEL: settings.node_name}
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": settings.namespace,
@@ -704,7 +711,9 @@ class KubernetesContainerHandle(EngineContainerHandle):
         if fill_failed(pod):
             raise ContainerError(f"cannot materialise the task's workdir: {self._fill_log()}")
         if deleted:
-            raise ContainerError(f"Pod {self.container_id} was deleted before its container {container} started")
+            raise ContainerError(
+                f"Pod {self.container_id} was deleted before its container {container} started"
+            )
         waiting = _fatal_waiting(pod)
         if waiting is not None:
             raise ContainerError(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
