@@ -96,6 +96,45 @@ def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes()
     assert "ownerReferences" not in manifest["metadata"]
 
 
+def test_task_pod_manifest_brings_its_workdir_and_runs_build_steps_before_the_gated_task() -> None:
+    workdir = Path("/var/cache/iris/tasks/alice-train-3")
+    config = _config(
+        workdir,
+        "task-img",
+        ["python3", "-m", "runner", f"{workdir}/_callable.pkl"],
+        env={"PYTHONPATH": f"{workdir}:/opt/extra", "IRIS_WORKDIR": str(workdir)},
+        setup_commands=["echo one", "echo two"],
+        bundle_uri="file:///shared/bundles/" + "a" * 64 + ".zip",
+        bundle_sha256="a" * 64,
+    )
+
+    spec = task_pod_manifest(
+        config, "p", KubernetesSettings(namespace="iris"), "worker-img", with_files=True
+    )["spec"]
+
+    assert {"name": "workdir", "emptyDir": {}} in spec["volumes"]
+    assert {"name": "worker-files", "configMap": {"name": "p"}} in spec["volumes"]
+    fill, *steps = spec["initContainers"]
+    assert fill["image"] == "worker-img"
+    assert fill["command"] == [
+        *("python3", "-m", "iris.cluster.runtime.pod_workdir", "fill", "/app"),
+        *("--bundle", f"file:///shared/bundles/{'a' * 64}.zip", "--sha256", "a" * 64),
+        *("--files", "/var/run/iris/worker-files/workdir.zip"),
+    ]
+    # Only the fill step sees the file:// store, read-only.
+    assert {"name": "bundle-store", "mountPath": "/shared/bundles", "readOnly": True} in fill["volumeMounts"]
+    assert [step["command"] for step in steps] == [["bash", "-c", "echo one"], ["bash", "-c", "echo two"]]
+    task, keeper = spec["containers"]
+    assert task["command"][:2] == ["sh", "-c"]
+    assert task["command"][-4:] == ["python3", "-m", "runner", "/app/_callable.pkl"]
+    assert (task["workingDir"], keeper["name"], keeper["image"]) == ("/app", "workdir", "worker-img")
+    env = {e["name"]: e.get("value") for e in task["env"]}
+    assert env["PYTHONPATH"] == "/app:/opt/extra" and env["IRIS_WORKDIR"] == "/app"
+    assert not [
+        v for v in spec["volumes"] if "hostPath" in v and v["hostPath"]["path"].startswith(str(workdir))
+    ]
+
+
 def test_task_pod_manifest_of_an_infiniband_worker_claims_rdma_and_gets_the_seed_env() -> None:
     settings = KubernetesSettings.from_env(
         {
