@@ -79,3 +79,12 @@ def test_collect_returns_only_what_changed_after_fill_as_base64_zip(tmp_path: Pa
         assert sorted(archive.namelist()) == ["out/result.pkl", "pkg/tasks.py"]
         assert archive.read("out/result.pkl") == b"result"
     assert collect(app) == base64.b64decode(printed)
+
+
+def test_fill_missing_bundle_fails_with_the_stores_reason(tmp_path: Path) -> None:
+    missing = f"file://{tmp_path}/store/{'c' * 64}.zip"
+
+    with pytest.raises(SystemExit) as excinfo:
+        fill(tmp_path / "app", missing, "c" * 64, None)
+
+    assert missing.removeprefix("file://") in str(excinfo.value)

@@ -44,7 +44,11 @@ def fill(app: Path, bundle_uri: str, sha256: str, files_zip: Path | None) -> int
         from iris import storage
 
         validate_digest(sha256)
-        data = storage.read_bytes(bundle_uri, what="bundle")
+        try:
+            data = storage.read_bytes(bundle_uri, what="bundle")
+        except storage.StorageError as exc:
+            # The runtime reports the init container's last lines: keep the reason on one.
+            raise SystemExit(str(exc)) from None
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha256:
             raise SystemExit(f"bundle {bundle_uri} hashes to {actual}, not {sha256}: resubmit the job")
