@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import threading
@@ -58,6 +59,141 @@ def test_kubectl_apply_server_side_creates_and_updates(cluster: FakeKubernetes) 
     data = json.loads(_ok(cluster.kubectl("get", "configmap", "ssa", "-o", "jsonpath={.data}")))
 
     assert data == {"k": "v2"}
+
+
+def test_kubectl_create_generators_send_protobuf_that_the_server_stores(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
+    for args in (
+        ("create", "namespace", "team"),
+        ("create", "configmap", "settings", "-n", "team", "--from-literal=mode=fast"),
+        ("create", "secret", "generic", "creds", "-n", "team", "--from-literal=token=s3cr3t"),
+        ("create", "serviceaccount", "runner", "-n", "team"),
+        ("create", "clusterrole", "pod-reader", "--verb=get,list", "--resource=pods"),
+        (
+            "create",
+            "clusterrolebinding",
+            "read-pods",
+            "--clusterrole=pod-reader",
+            "--serviceaccount=team:runner",
+        ),
+    ):
+        _ok(cluster.kubectl(*args))
+    core = k8s.CoreV1Api(api_client)
+    rbac = k8s.RbacAuthorizationV1Api(api_client)
+
+    assert core.read_namespace("team").metadata.name == "team"
+    assert core.read_namespaced_config_map("settings", "team").data == {"mode": "fast"}
+    secret = core.read_namespaced_secret("creds", "team")
+    assert (secret.type, base64.b64decode(secret.data["token"])) == ("Opaque", b"s3cr3t")
+    assert core.read_namespaced_service_account("runner", "team").metadata.namespace == "team"
+    rule = rbac.read_cluster_role("pod-reader").rules[0]
+    assert (rule.verbs, rule.resources, rule.api_groups) == (["get", "list"], ["pods"], [""])
+    binding = rbac.read_cluster_role_binding("read-pods")
+    assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", "pod-reader")
+    assert [(s.kind, s.namespace, s.name) for s in binding.subjects] == [("ServiceAccount", "team", "runner")]
+
+
+def test_kubectl_create_existing_object_in_protobuf_reports_already_exists(cluster: FakeKubernetes) -> None:
+    _ok(cluster.kubectl("create", "configmap", "once"))
+
+    second = cluster.kubectl("create", "configmap", "once")
+
+    assert second.returncode != 0
+    assert 'configmaps "once" already exists' in second.stderr
+
+
+def _managed(api_client: Any, name: str) -> dict[tuple[str, str], Any]:
+    obj = k8s.CoreV1Api(api_client).read_namespaced_config_map(name, "default")
+    return {(e.manager, e.operation): e.fields_v1 for e in obj.metadata.managed_fields or []}
+
+
+def test_kubectl_apply_server_side_twice_is_a_no_op_and_owns_exactly_what_it_sent(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
+    manifest = _configmap("owned", {"k": "v1"}, labels={"app": "demo"})
+    _ok(cluster.kubectl("apply", "--server-side", "-f", "-", input=manifest))
+    first = json.loads(_ok(cluster.kubectl("get", "configmap", "owned", "-o", "json")))
+
+    _ok(cluster.kubectl("apply", "--server-side", "-f", "-", input=manifest))
+    second = json.loads(_ok(cluster.kubectl("get", "configmap", "owned", "-o", "json")))
+
+    _ok(
+        cluster.kubectl(
+            "apply", "--server-side", "-f", "-", input=_configmap("owned", {"k": "v1", "new": "n"})
+        )
+    )
+    third = json.loads(_ok(cluster.kubectl("get", "configmap", "owned", "-o", "json")))
+
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert _managed(api_client, "owned") == {
+        ("kubectl", "Apply"): {"f:data": {"f:k": {}, "f:new": {}}, "f:metadata": {"f:labels": {}}}
+    }
+    # What the manager applied before and no longer sends is removed.
+    assert third["data"] == {"k": "v1", "new": "n"}
+    assert third["metadata"].get("labels", {}) == {}
+
+
+def test_kubectl_apply_server_side_conflicting_with_another_manager_needs_force(
+    cluster: FakeKubernetes, api_client: Any
+) -> None:
+    _ok(
+        cluster.kubectl(
+            "apply", "--server-side", "-f", "-", input=_configmap("shared", {"k": "v1", "x": "1"})
+        )
+    )
+    _ok(cluster.kubectl("patch", "configmap", "shared", "--type", "merge", "-p", '{"data": {"x": "2"}}'))
+
+    same_value = cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "deployer",
+        "-f",
+        "-",
+        input=_configmap("shared", {"k": "v1"}),
+    )
+    conflict = cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "deployer",
+        "-f",
+        "-",
+        input=_configmap("shared", {"k": "v2"}),
+    )
+    update_conflict = cluster.kubectl(
+        "apply", "--server-side", "-f", "-", input=_configmap("shared", {"x": "3"})
+    )
+    forced = cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager",
+        "deployer",
+        "-f",
+        "-",
+        input=_configmap("shared", {"k": "v2"}),
+    )
+
+    assert same_value.returncode == 0, same_value.stderr
+    assert conflict.returncode != 0
+    assert 'Apply failed with 1 conflict: conflict with "kubectl": .data.k' in conflict.stderr
+    assert (
+        'Apply failed with 1 conflict: conflict with "kubectl-patch" using v1: .data.x'
+        in update_conflict.stderr
+    )
+    assert forced.returncode == 0, forced.stderr
+    data = json.loads(_ok(cluster.kubectl("get", "configmap", "shared", "-o", "jsonpath={.data}")))
+    assert data == {"k": "v2", "x": "2"}
+    # The patch took .data.x from kubectl's apply; the forced apply took .data.k. Both appliers
+    # sent the (empty) labels with the same value, so they share them.
+    labels = {"f:metadata": {"f:labels": {}}}
+    assert _managed(api_client, "shared") == {
+        ("kubectl", "Apply"): labels,
+        ("kubectl-patch", "Update"): {"f:data": {"f:x": {}}},
+        ("deployer", "Apply"): {"f:data": {"f:k": {}}, **labels},
+    }
 
 
 def test_kubectl_apply_dry_run_server_validates_without_storing(cluster: FakeKubernetes) -> None:

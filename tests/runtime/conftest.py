@@ -132,7 +132,9 @@ def make_runtime(runtime_kind: str, tmp_path: Path, request: pytest.FixtureReque
         from iris.cluster.runtime.kubernetes import KubernetesRuntime, KubernetesSettings
 
         cluster: FakeKubernetes = request.getfixturevalue("kubernetes_cluster")
-        return lambda: KubernetesRuntime(KubernetesSettings(namespace="default"), kubeconfig=str(cluster.kubeconfig))
+        # The Pod's workdir containers run iris; outside a worker Pod the runtime is told which image.
+        settings = KubernetesSettings(namespace="default", helper_image=request.getfixturevalue("task_image"))
+        return lambda: KubernetesRuntime(settings, kubeconfig=str(cluster.kubeconfig))
     raise ValueError(f"unknown runtime kind {runtime_kind!r}")
 
 

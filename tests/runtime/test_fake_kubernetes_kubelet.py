@@ -403,3 +403,55 @@ def test_readiness_probe_holds_ready_until_the_port_answers(
     assert not_ready_yet is False
     assert ready.returncode == 0, ready.stderr
     assert _main_state(core, namespace, "slow-start").ready is True
+
+
+def test_liveness_probe_failures_restart_the_container_and_are_recorded_as_events(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine
+) -> None:
+    image = docker_engine.base_image
+    served, unserved = _free_port(), _free_port()
+    quick = {"periodSeconds": 1, "failureThreshold": 2}
+    manifest = _pod(
+        "liveness",
+        image,
+        "touch /tmp/healthy; sleep 1; rm /tmp/healthy; exec sleep 600",
+        container={"livenessProbe": {"exec": {"command": ["cat", "/tmp/healthy"]}, **quick}},
+        terminationGracePeriodSeconds=1,
+    )
+    manifest["spec"]["containers"] += [
+        {
+            "name": "closed-port",
+            "image": image,
+            "command": ["sleep", "600"],
+            "livenessProbe": {"tcpSocket": {"port": unserved}, **quick},
+        },
+        {
+            "name": "healthy",
+            "image": image,
+            "command": ["python3", "-m", "http.server", str(served)],
+            "livenessProbe": {"httpGet": {"path": "/", "port": served}, "initialDelaySeconds": 1, **quick},
+        },
+    ]
+    _apply(kubernetes_cluster, namespace, manifest)
+
+    def statuses() -> dict[str, Any]:
+        result = kubernetes_cluster.kubectl("get", "pod", "liveness", "-n", namespace, "-o", "json")
+        assert result.returncode == 0, result.stderr
+        return {s["name"]: s for s in json.loads(result.stdout)["status"].get("containerStatuses") or []}
+
+    wait_until(
+        lambda: all(statuses().get(name, {}).get("restartCount", 0) >= 1 for name in ("main", "closed-port")),
+        60,
+        0.2,
+        "both failing containers restarted",
+    )
+    final = statuses()
+    events = kubernetes_cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=liveness", "-o", "json"
+    )
+    messages = [e["message"] for e in json.loads(events.stdout)["items"]]
+
+    assert "terminated" in final["main"]["lastState"]
+    assert final["healthy"]["restartCount"] == 0
+    assert "Liveness probe failed for container closed-port" in messages
+    assert "Container main failed liveness probe, will be restarted" in messages

@@ -171,7 +171,11 @@ def test_kubernetes_worker_pod_runs_callables_in_task_pods_and_gpu_pod_claims_gp
             listed = wait_until(gpu_task_pod, 120, 0.2, "the GPU task Pod to run")
             name = listed["metadata"]["name"]
             pod = json.loads(kubernetes_cluster.kubectl("get", "pod", name, "-o", "json").stdout)
-            Path(pod["spec"]["containers"][0]["workingDir"], "release").touch()
+            # The task's workdir lives in its Pod: reach it the way an operator would.
+            released = kubernetes_cluster.kubectl(
+                "exec", name, "-c", "workdir", "--", "touch", "/app/release"
+            )
+            assert released.returncode == 0, released.stderr
             gpu_result = gpu_job.result(timeout=120)
     except BaseException:
         print(kubernetes_cluster.kubectl("logs", "iris-worker-0").stdout)
@@ -202,3 +206,10 @@ def test_kubernetes_worker_pod_runs_callables_in_task_pods_and_gpu_pod_claims_gp
     assert spec["hostNetwork"] is True
     assert spec["nodeName"] == node
     assert pod["metadata"]["ownerReferences"][0]["name"] == "iris-worker-0"
+    # The bundle reached the Pod by itself: an emptyDir at /app filled by the init container.
+    assert {"name": "workdir", "emptyDir": {}} in spec["volumes"]
+    fill = spec["initContainers"][0]
+    assert fill["image"] == worker_image
+    assert fill["command"][:5] == ["python3", "-m", "iris.cluster.runtime.pod_workdir", "fill", "/app"]
+    assert fill["command"][fill["command"].index("--bundle") + 1].startswith(f"file://{bundles}/")
+    assert not [v for v in spec["volumes"] if "hostPath" in v and str(cache) in v["hostPath"]["path"]]

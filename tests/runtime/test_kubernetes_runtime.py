@@ -25,6 +25,7 @@ from iris.cluster.runtime.kubernetes import (
     pod_name,
     task_pod_manifest,
 )
+from iris.cluster.runtime.pod_workdir import zip_tree
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 from iris.time import wait_until
 
@@ -82,8 +83,6 @@ def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes()
         _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500, memory_bytes=2**30),
         "p",
         KubernetesSettings(namespace="iris"),
-        "main",
-        ["python3", "x.py"],
     )
 
     resources = manifest["spec"]["containers"][0]["resources"]
@@ -97,11 +96,86 @@ def test_task_pod_manifest_without_gpus_claims_no_gpus_but_tolerates_gpu_nodes()
     assert "ownerReferences" not in manifest["metadata"]
 
 
+def test_task_pod_manifest_brings_its_workdir_and_runs_build_steps_before_the_gated_task() -> None:
+    workdir = Path("/var/cache/iris/tasks/alice-train-3")
+    config = _config(
+        workdir,
+        "task-img",
+        ["python3", "-m", "runner", f"{workdir}/_callable.pkl"],
+        env={"PYTHONPATH": f"{workdir}:/opt/extra", "IRIS_WORKDIR": str(workdir)},
+        setup_commands=["echo one", "echo two"],
+        bundle_uri="file:///shared/bundles/" + "a" * 64 + ".zip",
+        bundle_sha256="a" * 64,
+    )
+
+    spec = task_pod_manifest(
+        config, "p", KubernetesSettings(namespace="iris"), "worker-img", with_files=True
+    )["spec"]
+
+    assert {"name": "workdir", "emptyDir": {}} in spec["volumes"]
+    assert {"name": "worker-files", "configMap": {"name": "p"}} in spec["volumes"]
+    fill, *steps = spec["initContainers"]
+    assert fill["image"] == "worker-img"
+    assert fill["command"] == [
+        *("python3", "-m", "iris.cluster.runtime.pod_workdir", "fill", "/app"),
+        *("--bundle", f"file:///shared/bundles/{'a' * 64}.zip", "--sha256", "a" * 64),
+        *("--files", "/var/run/iris/worker-files/workdir.zip"),
+    ]
+    # Only the fill step sees the file:// store, read-only.
+    assert {"name": "bundle-store", "mountPath": "/shared/bundles", "readOnly": True} in fill["volumeMounts"]
+    assert [step["command"] for step in steps] == [["bash", "-c", "echo one"], ["bash", "-c", "echo two"]]
+    task, keeper = spec["containers"]
+    assert task["command"][:2] == ["sh", "-c"]
+    assert task["command"][-4:] == ["python3", "-m", "runner", "/app/_callable.pkl"]
+    assert (task["workingDir"], keeper["name"], keeper["image"]) == ("/app", "workdir", "worker-img")
+    env = {e["name"]: e.get("value") for e in task["env"]}
+    assert env["PYTHONPATH"] == "/app:/opt/extra" and env["IRIS_WORKDIR"] == "/app"
+    assert not [
+        v for v in spec["volumes"] if "hostPath" in v and v["hostPath"]["path"].startswith(str(workdir))
+    ]
+
+
+def test_task_pod_manifest_of_an_infiniband_worker_claims_rdma_and_gets_the_seed_env() -> None:
+    settings = KubernetesSettings.from_env(
+        {
+            "IRIS_POD_NAMESPACE": "iris",
+            "IRIS_INFINIBAND": "true",
+            "IRIS_S3_SECRET_NAME": "iris-s3-credentials",
+            "IRIS_SERVICE_ACCOUNT_NAME": "iris-tasks",
+            "AWS_ENDPOINT_URL": "http://object-store.example:9000",
+            "FSSPEC_S3": '{"endpoint_url": "http://object-store.example:9000"}',
+        }
+    )
+    manifest = task_pod_manifest(
+        _config(Path("/w"), "img", ["python3", "x.py"], cpu_millicores=500), "p", settings
+    )
+
+    container = manifest["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "500m", "rdma/ib": "1"}
+    assert container["resources"]["requests"] == {"cpu": "500m", "rdma/ib": "1"}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    # Seed 001 section 10: the task Pod learns about InfiniBand only through the claimed device.
+    assert not [name for name in env if "INFINIBAND" in name]
+    assert env["IRIS_S3_SECRET_NAME"] == "iris-s3-credentials"
+    assert env["IRIS_SERVICE_ACCOUNT_NAME"] == "iris-tasks"
+    assert env["AWS_ENDPOINT_URL"] == "http://object-store.example:9000"
+    assert env["FSSPEC_S3"] == '{"endpoint_url": "http://object-store.example:9000"}'
+    assert env["AWS_SECRET_ACCESS_KEY"] == {
+        "secretKeyRef": {"name": "iris-s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    assert manifest["spec"]["serviceAccountName"] == "iris-tasks"
+
+
 # -- against the fake cluster ------------------------------------------------------------------
 
 
 def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
-    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
     node = f"gpu-{uuid.uuid4().hex[:6]}"
     kubernetes_cluster.add_node(
@@ -123,7 +197,8 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
             "spec": {
                 "nodeName": node,
                 "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "w", "image": docker_engine.base_image, "command": ["sleep", "600"]}],
+                # Task Pods fill their workdir with this Pod's image, which has iris.
+                "containers": [{"name": "w", "image": task_image, "command": ["sleep", "600"]}],
             },
         },
     )
@@ -175,11 +250,16 @@ def test_gpu_task_pod_carries_gpus_toleration_host_network_env_and_owner(
 
 
 def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
-    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
     worker = core.create_namespaced_pod(
         namespace,
-        {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": "unused"}]}},
+        {"metadata": {"name": "worker"}, "spec": {"containers": [{"name": "w", "image": task_image}]}},
     )
     settings = KubernetesSettings(
         namespace=namespace, owner_pod_name="worker", owner_pod_uid=worker.metadata.uid
@@ -201,10 +281,11 @@ def test_deleting_the_worker_pod_garbage_collects_its_task_pods(
 
 
 def test_unpullable_image_fails_the_attempt_at_once_with_the_kubelets_reason(
-    kubernetes_cluster: FakeKubernetes, namespace: str, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes, namespace: str, tmp_path: Path, task_image: str
 ) -> None:
     runtime = KubernetesRuntime(
-        KubernetesSettings(namespace=namespace), kubeconfig=str(kubernetes_cluster.kubeconfig)
+        KubernetesSettings(namespace=namespace, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
     )
     handle = runtime.create_container(_config(tmp_path, "iris-test/no-such-image:1", ["true"]))
     started = time.monotonic()
@@ -222,9 +303,13 @@ def test_unpullable_image_fails_the_attempt_at_once_with_the_kubelets_reason(
 
 
 def test_missing_s3_secret_fails_with_create_container_config_error(
-    kubernetes_cluster: FakeKubernetes, namespace: str, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
-    settings = KubernetesSettings(namespace=namespace, s3_secret="not-created")
+    settings = KubernetesSettings(namespace=namespace, s3_secret="not-created", helper_image=task_image)
     runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
     handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["true"]))
     try:
@@ -258,12 +343,17 @@ def test_runtime_without_a_reachable_api_server_says_where_it_looked(tmp_path: P
 
 
 def test_task_pods_end_when_the_namespace_is_deleted(
-    kubernetes_cluster: FakeKubernetes, core: Any, docker_engine: DockerEngine, tmp_path: Path
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
 ) -> None:
     name = f"rt-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     runtime = KubernetesRuntime(
-        KubernetesSettings(namespace=name), kubeconfig=str(kubernetes_cluster.kubeconfig)
+        KubernetesSettings(namespace=name, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
     )
     handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["sleep", "600"]))
     try:
@@ -279,3 +369,41 @@ def test_task_pods_end_when_the_namespace_is_deleted(
     wait_until(
         lambda: name not in [n.metadata.name for n in core.list_namespace().items], 10, 0.1, "namespace gone"
     )
+
+
+def test_bundle_that_does_not_match_its_digest_fails_the_attempt_with_the_init_containers_reason(
+    kubernetes_cluster: FakeKubernetes,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
+) -> None:
+    store = tmp_path / "bundles"
+    store.mkdir()
+    claimed = "ab" * 32
+    (store / f"{claimed}.zip").write_bytes(
+        zip_tree(Path(__file__).parent, lambda path: path.name == "engines.py")
+    )
+    runtime = KubernetesRuntime(
+        KubernetesSettings(namespace=namespace, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
+    )
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    handle = runtime.create_container(
+        _config(
+            workdir,
+            docker_engine.base_image,
+            ["true"],
+            bundle_uri=f"file://{store}/{claimed}.zip",
+            bundle_sha256=claimed,
+        )
+    )
+    try:
+        with pytest.raises(ContainerError) as excinfo:
+            handle.run()
+    finally:
+        handle.cleanup()
+
+    assert "cannot materialise the task's workdir" in str(excinfo.value)
+    assert f"not {claimed}: resubmit the job" in str(excinfo.value)

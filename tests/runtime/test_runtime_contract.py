@@ -1,4 +1,4 @@
-"""The ContainerRuntime contract, run against every runtime: process, docker and containerd.
+"""The ContainerRuntime contract, run against every runtime: process, docker, containerd and kubernetes.
 
 Each test gets its runtime through the `runtime` / `create_container` fixtures (conftest.py), so
 one test states one promise every runtime keeps; what only one runtime does is tested in its own
@@ -127,25 +127,31 @@ def test_run_config_env_is_visible_and_worker_env_is_not(
 
 
 def test_logs_start_line_returns_only_new_lines_with_stable_indexes(
-    create_container: CreateContainer, workdir: Path
+    create_container: CreateContainer,
 ) -> None:
+    port = _free_port()
+    # The go signal comes over loopback: a runtime's workdir need not be shared while the task runs.
     handle = create_container(
         py(
-            """
-            import pathlib, time
+            f"""
+            import socket
+            server = socket.socket()
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(("127.0.0.1", {port}))
+            server.listen()
             print("first", flush=True)
-            while not pathlib.Path("go").exists():
-                time.sleep(0.02)
+            server.accept()[0].close()
             print("second", flush=True)
             """
-        )
+        ),
+        ports={"go": port},
     )
     handle.run()
     wait_for_line(handle, "first")
     seen = handle.logs()
     assert handle.logs(start_line=len(seen)) == []
 
-    (workdir / "go").touch()
+    socket.create_connection(("127.0.0.1", port), timeout=10).close()
     handle.wait(timeout=30)
 
     assert [line.data for line in handle.logs(start_line=len(seen))] == ["second"]
@@ -525,9 +531,11 @@ def test_run_files_written_in_workdir_are_visible_to_the_worker(
     handle = create_container(
         py(
             f"""
-            import os, pathlib
+            import pathlib
             text = pathlib.Path("input.txt").read_text()
-            pathlib.Path({str(workdir / "result.txt")!r}).write_text(text.upper() + " " + os.getcwd())
+            pathlib.Path({str(workdir / "result.txt")!r}).write_text(text.upper())
+            pathlib.Path("out", "relative.txt").parent.mkdir()
+            pathlib.Path("out", "relative.txt").write_text("written in the working directory")
             """
         )
     )
@@ -535,4 +543,7 @@ def test_run_files_written_in_workdir_are_visible_to_the_worker(
     handle.run()
     assert handle.wait(timeout=30).exit_code == 0
 
-    assert (workdir / "result.txt").read_text() == f"FROM THE BUNDLE {workdir}"
+    # Paths under the workdir the worker computed, and paths relative to the working directory.
+    assert (workdir / "result.txt").read_text() == "FROM THE BUNDLE"
+    assert (workdir / "out" / "relative.txt").read_text() == "written in the working directory"
+    assert (workdir / "input.txt").read_text() == "from the bundle"

@@ -18,8 +18,10 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from fakes.kubernetes import discovery
+from fakes.kubernetes.managed_fields import record_update, server_side_apply
 from fakes.kubernetes.patch import APPLY_PATCH, PATCH_TYPES, PatchError, apply_patch
 from fakes.kubernetes.portforward import SpdyPortForward, serve_websocket
+from fakes.kubernetes.protobuf import PROTOBUF, ProtobufError, decode_object
 from fakes.kubernetes.resources import Resource, find_resource
 from fakes.kubernetes.selectors import SelectorError, parse_field_selector, parse_label_selector
 from fakes.kubernetes.store import BACKGROUND, ApiError, Store, WatchEvent, not_found
@@ -156,9 +158,13 @@ class ApiHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         self.query = {key: values for key, values in parse_qs(url.query, keep_blank_values=True).items()}
         parts = [part for part in url.path.split("/") if part]
+        self._body_read = False
         try:
             self._route(method, parts)
         except ApiError as exc:
+            # An unread body would be taken for the next request on this keep-alive connection.
+            if not self._body_read:
+                self._read_body()
             self._send_json(exc.status(), exc.code)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -233,6 +239,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             if method == "POST":
                 body = self._read_object()
                 self._check_fields(resource, body)
+                record_update(None, body, self._field_manager(), resource.group_version)
                 created = store.create(resource, namespace, body, dry_run=self._dry_run())
                 return self._send_object(resource, created, 201)
             if method == "DELETE":
@@ -248,6 +255,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         if method == "PUT":
             body = self._read_object()
             self._check_fields(resource, body)
+            if sub != "status":
+                self._record_update(resource, store.get(resource, namespace, name), body)
             updated = store.update(resource, namespace, name, body, subresource=sub, dry_run=self._dry_run())
             return self._send_object(resource, updated)
         if method == "PATCH":
@@ -295,19 +304,26 @@ class ApiHandler(BaseHTTPRequestHandler):
         return self._param("dryRun") == "All"
 
     def _read_body(self) -> bytes:
+        self._body_read = True
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
     def _read_object(self, content_type: str = "") -> Any:
         raw = self._read_body()
         sent_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if raw and sent_type == PROTOBUF:
+            try:
+                return decode_object(raw)
+            except ProtobufError as exc:
+                raise ApiError(
+                    415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {exc}"
+                ) from None
         if raw and sent_type not in ("application/json", "application/yaml", *PATCH_TYPES):
-            # Clients retry in JSON after a 415, as they do against servers without protobuf.
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
                 "the body of the request was in an unknown format - accepted media types include: "
-                "application/json, application/yaml",
+                f"application/json, application/yaml, {PROTOBUF}",
             )
         try:
             if content_type == APPLY_PATCH:
@@ -325,6 +341,15 @@ class ApiHandler(BaseHTTPRequestHandler):
             unknown = _strict_errors(resource, body)
             if unknown:
                 raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(unknown))
+
+    def _field_manager(self) -> str:
+        """The request's fieldManager; by default the client's name, as the real server derives it."""
+        return self._param("fieldManager") or (self.headers.get("User-Agent") or "unknown").split("/")[0]
+
+    def _record_update(self, resource: Resource, current: dict[str, Any], updated: dict[str, Any]) -> None:
+        # Clients send managedFields back as they read them (or not at all): the server keeps its own.
+        updated.setdefault("metadata", {})["managedFields"] = current["metadata"].get("managedFields") or []
+        record_update(current, updated, self._field_manager(), resource.group_version)
 
     def _patch(self, resource: Resource, namespace: str, name: str, sub: str) -> None:
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -344,15 +369,22 @@ class ApiHandler(BaseHTTPRequestHandler):
                     422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value'
                 )
             self._check_fields(resource, patch)
+            applied = server_side_apply(
+                current,
+                patch,
+                self._param("fieldManager"),
+                resource.group_version,
+                self._param("force") == "true",
+            )
             if current is None:
                 # Server-side apply creates what is missing.
-                created = store.create(
-                    resource,
-                    namespace,
-                    {**patch, "metadata": {**(patch.get("metadata") or {}), "name": name}},
-                    self._dry_run(),
-                )
+                applied["metadata"]["name"] = name
+                created = store.create(resource, namespace, applied, self._dry_run())
                 return self._send_object(resource, created, 201)
+            updated = store.update(
+                resource, namespace, name, applied, subresource=sub, dry_run=self._dry_run()
+            )
+            return self._send_object(resource, updated)
         if current is None:
             raise not_found(resource, name)
         try:
@@ -361,6 +393,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             raise ApiError(422, "Invalid", str(exc)) from None
         if isinstance(patched, dict) and self._param("fieldValidation") == "Strict":
             self._check_fields(resource, patched)
+        if sub != "status":
+            self._record_update(resource, current, patched)
         # A patch applies to the version it read unless it names one itself.
         patch_version = ((patch.get("metadata") or {}) if isinstance(patch, dict) else {}).get(
             "resourceVersion"

@@ -7,7 +7,9 @@ ConfigMap or Secret is missing), check the image (ErrImagePull / ImagePullBackOf
 does not have it: no registry is reachable, so nothing is ever pulled), resolve env
 (CreateContainerConfigError for a missing Secret or key), run init containers in order, then the
 containers, restarting them by the Pod's restartPolicy with CrashLoopBackOff between attempts.
-Readiness probes (httpGet, tcpSocket, exec) decide the Ready condition; liveness probes are not run.
+Readiness probes (httpGet, tcpSocket, exec) decide the Ready condition; a liveness probe failing
+failureThreshold times in a row kills its container (with the grace period), which then restarts
+as its restartPolicy says, counted in restartCount, with Unhealthy and Killing events.
 Deleting a Pod stops its containers with the grace period (SIGTERM, then SIGKILL), records how they
 ended, and only then removes the object. All containers share the host network, so a Pod's ports
 are reachable on loopback as with `hostNetwork: true`.
@@ -63,6 +65,9 @@ class ContainerRecord:
     # Readiness: a container without a readinessProbe is ready while it runs.
     probe_ready: bool = False
     next_probe_at: float = 0.0
+    # Liveness: consecutive failures of the current container's probe.
+    liveness_failures: int = 0
+    next_liveness_at: float = 0.0
 
     @property
     def ready(self) -> bool:
@@ -198,6 +203,7 @@ class PodWorker:
             source, kind = volume["configMap"], "configmap"
             obj = self.kubelet.store.find(_resource("configmaps"), self.namespace, source.get("name", ""))
             data = {k: v.encode() for k, v in ((obj or {}).get("data") or {}).items()}
+            data.update({k: base64.b64decode(v) for k, v in ((obj or {}).get("binaryData") or {}).items()})
         else:
             source, kind = volume["secret"], "secret"
             obj = self.kubelet.store.find(_resource("secrets"), self.namespace, source.get("secretName", ""))
@@ -235,6 +241,7 @@ class PodWorker:
                     break
                 if self.pod["spec"].get("restartPolicy") == "Never":
                     self._publish(phase="Failed")
+                    self._keep_until_deleted()
                     return False
                 self._back_off(record)
         return True
@@ -265,13 +272,11 @@ class PodWorker:
                         return
                     changed = True
             changed = self._probe_readiness() or changed
+            self._probe_liveness()
             if changed:
                 self._publish()
             if self._phase() in ("Succeeded", "Failed"):
-                # Finished: the containers stay (for logs) until the Pod is deleted.
-                while not self._deleting():
-                    if self.stopped.wait(self.kubelet.poll_seconds * 5):
-                        return
+                self._keep_until_deleted()
                 return
             if self.stopped.wait(self.kubelet.poll_seconds):
                 return
@@ -292,6 +297,36 @@ class PodWorker:
                 if not ready:
                     self._event("Warning", "Unhealthy", f"Readiness probe failed for container {record.name}")
         return changed
+
+    def _keep_until_deleted(self) -> None:
+        """A finished Pod's containers stay (for logs) until the Pod is deleted."""
+        while not self._deleting():
+            if self.stopped.wait(self.kubelet.poll_seconds * 5):
+                return
+
+    def _probe_liveness(self) -> None:
+        """Run the liveness probes that are due; kill each container that failed too often."""
+        now = time.monotonic()
+        for record in self.records:
+            probe = record.spec.get("livenessProbe")
+            if not probe or "running" not in record.state or now < record.next_liveness_at:
+                continue
+            record.next_liveness_at = now + float(probe.get("periodSeconds", 10))
+            if self._probe_passes(record, probe):
+                record.liveness_failures = 0
+                continue
+            record.liveness_failures += 1
+            self._event("Warning", "Unhealthy", f"Liveness probe failed for container {record.name}")
+            if record.liveness_failures < int(probe.get("failureThreshold", 3)):
+                continue
+            self._event(
+                "Normal", "Killing", f"Container {record.name} failed liveness probe, will be restarted"
+            )
+            grace = probe.get("terminationGracePeriodSeconds")
+            if grace is None:
+                grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+            # The loop sees the container end and restarts it by the restartPolicy, as after a crash.
+            self._stop_container(record.current_id or "", int(grace))
 
     def _probe_passes(self, record: ContainerRecord, probe: dict[str, Any]) -> bool:
         timeout = float(probe.get("timeoutSeconds", 1))
@@ -446,6 +481,9 @@ class PodWorker:
         record.probe_ready = False
         probe = spec.get("readinessProbe") or {}
         record.next_probe_at = time.monotonic() + float(probe.get("initialDelaySeconds", 0))
+        record.liveness_failures = 0
+        liveness = spec.get("livenessProbe") or {}
+        record.next_liveness_at = time.monotonic() + float(liveness.get("initialDelaySeconds", 0))
         self._event("Normal", "Started", f"Started container {record.name}")
 
     def _inspect_end(self, record: ContainerRecord) -> dict[str, Any] | None:

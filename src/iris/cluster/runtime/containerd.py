@@ -262,6 +262,7 @@ class ContainerdContainerHandle(EngineContainerHandle):
 
 class ContainerdRuntime:
     name = "containerd"
+    fetches_bundle = False
 
     def __init__(self, state_dir: Path, endpoint: str | None = None) -> None:
         grpc, self.pb, rpc = _cri()

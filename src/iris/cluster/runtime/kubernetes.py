@@ -4,29 +4,36 @@ Talks to the API server with the official `kubernetes` client (imported when the
 created, so workers using another runtime start without it): in-cluster credentials when the
 worker runs as a Pod, otherwise $KUBECONFIG or ~/.kube/config.
 
-A task Pod (seed 001, "KubernetesRuntime"):
-- runs the task image with the command, `restartPolicy: Never`, `hostNetwork: true` and
-  `dnsPolicy: ClusterFirstWithHostNet` (ports the worker allocated are reachable as they are);
-- mounts the worker's workdir (the extracted bundle) at its own path through a hostPath volume and
-  is pinned to the worker's node, so paths the worker computes mean the same inside the Pod and
-  what the task writes there (the callable's result) is visible to the worker;
-- requests the job's cpu, memory and disk; limits memory and cpu; claims `nvidia.com/gpu: N`, and
-  `rdma/ib: 1` when the scale group has infiniband; always tolerates the GPU taint, since it runs
-  on its worker's node, which may be a GPU node even for a task that needs no GPU;
-- gets the config's env, the downward-API variables of seed 001 section 10, and the S3
-  credentials by `secretKeyRef` from the platform's Secret;
-- has an ownerReference to the worker Pod, so deleting the worker Pod removes its tasks.
+A task Pod (seed 001, "KubernetesRuntime") goes to its worker's node, whose resources the controller
+placed it by, but needs nothing from that host: it brings its own workdir:
+- an `emptyDir` at /app, filled by an init container (`pod_workdir fill`, from the worker's image)
+  that fetches the job bundle through fsspec and unpacks it, then adds the files the worker wrote
+  (the callable, inputs), which travel in a ConfigMap named like the Pod; paths the worker computed
+  under its own workdir are rewritten to /app in the command and env;
+- the build steps (the pip install, each setup command) as further init containers in /app;
+- the task container, which starts the command once `run()` says so (the build and the run stay
+  apart, as in every runtime), and a `workdir` container that keeps /app after the task ended so
+  the worker can copy back what the task wrote there (the callable's result) through exec;
+- `restartPolicy: Never`, `hostNetwork: true` and `dnsPolicy: ClusterFirstWithHostNet` (ports the
+  worker allocated are reachable as they are);
+- requests of the job's cpu, memory and disk; limits of memory and cpu; `nvidia.com/gpu: N`, and
+  `rdma/ib: 1` when the worker's scale group has infiniband; always the GPU toleration, since a GPU
+  node may run tasks that need no GPU;
+- the config's env, the downward-API variables and platform variables of seed 001 section 10, and
+  the S3 credentials by `secretKeyRef` from the platform's Secret;
+- an ownerReference to the worker Pod, so deleting the worker Pod removes its tasks.
 
-Build steps (the pip install, each setup command) run as short-lived Pods of the same shape, one
-after the other. Logs come from the `log` subresource, followed per stream (stdout and stderr
-apart, the API's `stream` parameter); exit codes, OOMKilled and start failures from the Pod's
-container status, followed with a watch; kill deletes the Pod with the grace period (the kubelet
-sends SIGTERM, then SIGKILL); stats come from the metrics API (metrics-server), which reports no
-process count, so a running Pod counts its running containers.
+Logs come from the `log` subresource, followed per stream (stdout and stderr apart, the API's
+`stream` parameter); exit codes, OOMKilled and start failures from the container statuses, followed
+with a watch; kill deletes the Pod with the grace period (the kubelet sends SIGTERM, then SIGKILL);
+stats come from the metrics API (metrics-server), which reports no process count, so a running Pod
+counts its running task container.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -36,21 +43,24 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from iris.bundle_format import UnsafeBundleError, extract_bundle
 from iris.cluster.runtime.engine import (
     LABEL_ROLE,
     ROLE_MAIN,
-    ROLE_SETUP,
     EngineContainerHandle,
     EngineExit,
     LineAssembler,
+    build_steps,
     check_config,
     container_env,
     now_ms,
     parse_rfc3339_ms,
     stop_timeout_seconds,
 )
+from iris.cluster.runtime.pod_workdir import START_NAME, STATE_DIRNAME, zip_tree
 from iris.cluster.runtime.types import LABEL_MANAGED, ContainerConfig, ContainerError, ContainerStats
 
 if TYPE_CHECKING:
@@ -58,12 +68,25 @@ if TYPE_CHECKING:
 
 LABEL_OWNER = "iris.owner"
 MAIN_CONTAINER = "task"
+# Keeps /app after the task ended; build steps and collection need no more than what it holds.
+WORKDIR_CONTAINER = "workdir"
+FILL_CONTAINER = "fill-workdir"
 WORKDIR_VOLUME = "workdir"
+APP_DIR = "/app"
+FILES_VOLUME = "worker-files"
+FILES_MOUNT = "/var/run/iris/worker-files"
+FILES_KEY = "workdir.zip"
+BUNDLE_STORE_VOLUME = "bundle-store"
+# A ConfigMap holds at most 1 MiB; larger inputs belong in storage.
+MAX_WORKER_FILES_BYTES = 1024 * 1024 - 4096
+_GATE_SCRIPT = f'until [ -e {APP_DIR}/{STATE_DIRNAME}/{START_NAME} ]; do sleep 0.05; done; exec "$@"'
 GPU_RESOURCE = "nvidia.com/gpu"
 RDMA_RESOURCE = "rdma/ib"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+# seed 001 section 10: what the platform sets on the worker Pod that task Pods get as well.
+FORWARDED_ENV = ("IRIS_SERVICE_ACCOUNT_NAME", "IRIS_S3_SECRET_NAME", "AWS_ENDPOINT_URL", "FSSPEC_S3")
 # Waiting reasons after which a container will not start without someone changing something.
 FATAL_WAITING_REASONS = frozenset(
     {
@@ -83,6 +106,7 @@ DOWNWARD_ENV = {
 }
 _IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 _WATCH_SECONDS = 60
+_EXEC_SECONDS = 120
 _FOLLOWER_JOIN_SECONDS = 10.0
 _STOP_SETTLE_SECONDS = 30.0
 _MAX_POOL_SIZE = 64
@@ -114,7 +138,13 @@ class KubernetesSettings:
     node_name: str = ""
     service_account: str = ""
     s3_secret: str = ""
+    # The scale group's `infiniband`: task Pods claim `rdma/ib: 1`. Seed 001 names no variable for
+    # it in the Pods' env; the platform tells the worker through IRIS_INFINIBAND.
     infiniband: bool = False
+    forwarded_env: tuple[tuple[str, str], ...] = ()
+    # Image with iris for the Pod's workdir containers; the worker's own Pod's image when empty
+    # (outside a cluster: the task image).
+    helper_image: str = ""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> KubernetesSettings:
@@ -131,6 +161,7 @@ class KubernetesSettings:
             service_account=env.get("IRIS_SERVICE_ACCOUNT_NAME", ""),
             s3_secret=env.get("IRIS_S3_SECRET_NAME", ""),
             infiniband=env.get("IRIS_INFINIBAND", "").lower() in ("1", "true", "yes"),
+            forwarded_env=tuple((key, env[key]) for key in FORWARDED_ENV if env.get(key)),
         )
 
     @property
@@ -139,13 +170,40 @@ class KubernetesSettings:
         return label_value(self.owner_pod_name or socket.gethostname())
 
 
+def pod_path(text: str, workdir: Path) -> str:
+    """`text` with the worker's workdir replaced by the Pod's /app, where the same files are."""
+    return re.sub(re.escape(str(workdir)) + r"(?=$|[/:\s'\"])", APP_DIR, text)
+
+
+def _fill_command(config: ContainerConfig, with_files: bool) -> list[str]:
+    command = ["python3", "-m", "iris.cluster.runtime.pod_workdir", "fill", APP_DIR]
+    if config.bundle_uri:
+        command += ["--bundle", config.bundle_uri, "--sha256", config.bundle_sha256]
+    if with_files:
+        command += ["--files", f"{FILES_MOUNT}/{FILES_KEY}"]
+    return command
+
+
 def task_pod_manifest(
-    config: ContainerConfig, name: str, settings: KubernetesSettings, role: str, command: list[str]
+    config: ContainerConfig,
+    name: str,
+    settings: KubernetesSettings,
+    helper_image: str = "",
+    with_files: bool = False,
 ) -> dict[str, Any]:
-    """The Pod running `command` for one attempt (the main command or a build step)."""
-    workdir = str(config.workdir)
-    env = container_env(config)
-    env_list: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in env.items()]
+    """The Pod of one attempt: its workdir, build steps, the task, and a container keeping /app.
+
+    Init containers fill the `/app` emptyDir (`pod_workdir fill`: the bundle through fsspec, then
+    the files the worker wrote, from the ConfigMap of the same name) and then run the build steps
+    there. The task container waits for the worker's go (a file `run()` creates) and then runs the
+    command, so building and running stay two calls as in every runtime. The `workdir` container
+    holds /app after the task ends so the worker can collect what it wrote.
+    """
+    helper_image = helper_image or config.image
+    env = {**dict(settings.forwarded_env), **container_env(config)}
+    env_list: list[dict[str, Any]] = [
+        {"name": key, "value": pod_path(value, config.workdir)} for key, value in env.items()
+    ]
     for key, path in DOWNWARD_ENV.items():
         if key not in env:
             env_list.append({"name": key, "valueFrom": {"fieldRef": {"fieldPath": path}}})
@@ -163,46 +221,86 @@ def task_pod_manifest(
         requests["memory"] = limits["memory"] = str(config.memory_bytes)
     if config.disk_bytes:
         requests["ephemeral-storage"] = str(config.disk_bytes)
+    if config.gpu_count:
+        limits[GPU_RESOURCE] = requests[GPU_RESOURCE] = str(config.gpu_count)
+    if settings.infiniband:
+        limits[RDMA_RESOURCE] = requests[RDMA_RESOURCE] = "1"
+    resources = {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
+    app_mount = [{"name": WORKDIR_VOLUME, "mountPath": APP_DIR}]
+
+    def container(container_name: str, image: str, command: list[str], **extra: Any) -> dict[str, Any]:
+        return {
+            "name": container_name,
+            "image": image,
+            "command": command,
+            "workingDir": APP_DIR,
+            "env": env_list,
+            "volumeMounts": app_mount,
+            **extra,
+        }
+
+    fill = container(FILL_CONTAINER, helper_image, _fill_command(config, with_files))
+    volumes: list[dict[str, Any]] = [{"name": WORKDIR_VOLUME, "emptyDir": {}}]
+    if with_files:
+        volumes.append({"name": FILES_VOLUME, "configMap": {"name": name}})
+        fill["volumeMounts"] = [
+            *app_mount,
+            {"name": FILES_VOLUME, "mountPath": FILES_MOUNT, "readOnly": True},
+        ]
+    if config.bundle_uri.startswith("file://"):
+        # A file:// store is a directory every node mounts at the same path.
+        store = str(Path(config.bundle_uri.removeprefix("file://")).parent)
+        volumes.append({"name": BUNDLE_STORE_VOLUME, "hostPath": {"path": store, "type": "Directory"}})
+        fill["volumeMounts"] = [
+            *fill["volumeMounts"],
+            {"name": BUNDLE_STORE_VOLUME, "mountPath": store, "readOnly": True},
+        ]
+    steps = [
+        container(
+            step_container(index),
+            config.image,
+            [pod_path(arg, config.workdir) for arg in argv],
+            resources=resources,
+        )
+        for index, (_, argv) in enumerate(build_steps(config))
+    ]
+    gated = [
+        "sh",
+        "-c",
+        _GATE_SCRIPT,
+        "iris-task",
+        *(pod_path(arg, config.workdir) for arg in config.command),
+    ]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
-        "volumes": [{"name": WORKDIR_VOLUME, "hostPath": {"path": workdir, "type": "Directory"}}],
+        "volumes": volumes,
+        "initContainers": [fill, *steps],
         "containers": [
-            {
-                "name": MAIN_CONTAINER,
-                "image": config.image,
-                "command": command,
-                "workingDir": workdir,
-                "env": env_list,
-                "volumeMounts": [{"name": WORKDIR_VOLUME, "mountPath": workdir}],
-                "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v},
-            }
+            container(MAIN_CONTAINER, config.image, gated, resources=resources),
+            container(
+                WORKDIR_CONTAINER, helper_image, ["python3", "-m", "iris.cluster.runtime.pod_workdir", "hold"]
+            ),
         ],
+        # Every task Pod tolerates the GPU taint: a GPU node may run tasks that need no GPU.
+        "tolerations": [dict(GPU_TOLERATION)],
     }
-    if config.gpu_count:
-        limits[GPU_RESOURCE] = requests[GPU_RESOURCE] = str(config.gpu_count)
-        if settings.infiniband:
-            limits[RDMA_RESOURCE] = requests[RDMA_RESOURCE] = "1"
-        spec["containers"][0]["resources"] = {"requests": requests, "limits": limits}
-    # Every task Pod tolerates the GPU taint: it goes to its worker's node, which may be a GPU node
-    # even when this task needs no GPU.
-    spec["tolerations"] = [dict(GPU_TOLERATION)]
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
     if settings.node_name:
-        # The workdir is a directory on the worker's node.
+        # The controller placed the task by what this worker's node offers (its GPUs among them).
         spec["nodeSelector"] = {HOSTNAME_LABEL: settings.node_name}
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": settings.namespace,
         "labels": {
             **{key: label_value(value) for key, value in config.labels.items()},
-            LABEL_ROLE: role,
+            LABEL_ROLE: ROLE_MAIN,
             LABEL_OWNER: settings.owner,
         },
         # Label values are restricted; the verbatim ones are kept for people and tools.
-        "annotations": dict(config.labels),
+        "annotations": {**config.labels, "kubectl.kubernetes.io/default-container": MAIN_CONTAINER},
     }
     if settings.owner_pod_name and settings.owner_pod_uid:
         metadata["ownerReferences"] = [
@@ -214,6 +312,10 @@ def task_pod_manifest(
             }
         ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def step_container(index: int) -> str:
+    return f"setup-{index}"
 
 
 def _api_errors() -> tuple[type[BaseException], ...]:
@@ -233,10 +335,22 @@ def _explain(exc: BaseException) -> str:
     return str(getattr(exc, "reason", None) or exc)
 
 
-def _main_state(pod: dict[str, Any] | None) -> dict[str, Any]:
-    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
-    status = next((s for s in statuses if s.get("name") == MAIN_CONTAINER), None)
-    return (status or {}).get("state") or {}
+def _state(pod: dict[str, Any] | None, container: str = MAIN_CONTAINER) -> dict[str, Any]:
+    """The `state` of one of the Pod's containers or init containers."""
+    status = (pod or {}).get("status") or {}
+    statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+    found = next((s for s in statuses if s.get("name") == container), None)
+    return (found or {}).get("state") or {}
+
+
+def _fatal_waiting(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The `waiting` state of a container of the Pod that will not start as things are, if any."""
+    status = (pod or {}).get("status") or {}
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING_REASONS:
+            return waiting
+    return None
 
 
 class PodWatch:
@@ -349,16 +463,23 @@ class PodWatch:
 
 
 class _LogFollower:
-    """Follows one stream of the task container's log into whole, timestamped lines."""
+    """Follows one stream of a container's log into whole, timestamped lines."""
 
     def __init__(
-        self, api_client: ApiClient, namespace: str, pod: str, stream: str, emit: Callable[[str, int], None]
+        self,
+        api_client: ApiClient,
+        namespace: str,
+        pod: str,
+        stream: str,
+        emit: Callable[[str, int], None],
+        container: str = MAIN_CONTAINER,
     ) -> None:
         from kubernetes import client
 
         self._core = client.CoreV1Api(api_client)
         self._namespace = namespace
         self._pod = pod
+        self._container = container
         self._stream = stream
         self._assembler = LineAssembler(emit)
         self.thread = threading.Thread(target=self._run, name=f"log-{stream}-{pod}", daemon=True)
@@ -369,7 +490,7 @@ class _LogFollower:
             response = self._core.read_namespaced_pod_log(
                 self._pod,
                 self._namespace,
-                container=MAIN_CONTAINER,
+                container=self._container,
                 follow=True,
                 timestamps=True,
                 stream=self._stream,
@@ -417,14 +538,18 @@ class KubernetesContainerHandle(EngineContainerHandle):
         self._api_client = runtime.api_client
         self._core = client.CoreV1Api(runtime.api_client)
         self._namespace = runtime.settings.namespace
-        self._watches: dict[str, PodWatch] = {}
+        self._attempt_watch: PodWatch | None = None
+        self._pod_lock = threading.Lock()
         self._followers: list[_LogFollower] = []
 
     # -- engine calls ---------------------------------------------------------------------------
 
     def _start_main(self) -> None:
-        watch = self._create_pod(self.container_id, ROLE_MAIN, self._config.command)
-        self._await_start(watch)
+        watch = self._ensure_pod()
+        self._await_running(watch, MAIN_CONTAINER)
+        self._await_running(watch, WORKDIR_CONTAINER)
+        if "terminated" not in _state(watch.pod):
+            self._exec(["touch", f"{APP_DIR}/{STATE_DIRNAME}/{START_NAME}"])
         for stream, source in (("Stdout", "stdout"), ("Stderr", "stderr")):
             self._followers.append(
                 _LogFollower(
@@ -437,39 +562,41 @@ class KubernetesContainerHandle(EngineContainerHandle):
             )
 
     def _await_main_exit(self) -> EngineExit:
-        watch = self._watches[self.container_id]
-        watch.wait_for(lambda pod, deleted: deleted or "terminated" in _main_state(pod), None)
+        watch = self._pod_watch()
+        watch.wait_for(lambda pod, deleted: deleted or "terminated" in _state(pod), None)
         for follower in self._followers:
             follower.thread.join(_FOLLOWER_JOIN_SECONDS)
-        return self._exit_of(watch)
+        # A Pod being deleted was killed: its workdir container is stopping, and the worker takes
+        # nothing from a killed attempt.
+        if not watch.deleted and not ((watch.pod or {}).get("metadata") or {}).get("deletionTimestamp"):
+            self._collect_outputs()
+        return self._exit_of(watch.pod, MAIN_CONTAINER)
 
     def _stop(self, container: str, grace_seconds: float) -> None:
-        watch = self._watches.get(container)
+        # Steps and the task share the Pod: stopping any of them ends the attempt.
+        watch = self._attempt_watch
         try:
             self._core.delete_namespaced_pod(
-                container, self._namespace, grace_period_seconds=stop_timeout_seconds(grace_seconds)
+                self.container_id, self._namespace, grace_period_seconds=stop_timeout_seconds(grace_seconds)
             )
         except _api_errors():
             # Already gone (or the API is unreachable): nothing left to stop from here.
             return
         if watch is not None:
             watch.wait_for(
-                lambda pod, deleted: deleted or "terminated" in _main_state(pod),
+                lambda pod, deleted: deleted or "terminated" in _state(pod, container),
                 stop_timeout_seconds(grace_seconds) + _STOP_SETTLE_SECONDS,
             )
 
     def _run_step(self, index: int, argv: list[str], on_output: Callable[[str, int], None]) -> EngineExit:
-        name = f"{self.container_id}-setup-{index}"
-        watch = self._create_pod(name, ROLE_SETUP, argv)
-        try:
-            self._await_start(watch, name)
-            self._step_started(name)
-            follower = _LogFollower(self._api_client, self._namespace, name, "All", on_output)
-            watch.wait_for(lambda pod, deleted: deleted or "terminated" in _main_state(pod), None)
-            follower.thread.join(_FOLLOWER_JOIN_SECONDS)
-            return self._exit_of(watch)
-        finally:
-            self._delete_quietly(name)
+        watch = self._ensure_pod()
+        name = step_container(index)
+        self._await_running(watch, name)
+        self._step_started(name)
+        follower = _LogFollower(self._api_client, self._namespace, self.container_id, "All", on_output, name)
+        watch.wait_for(lambda pod, deleted: deleted or "terminated" in _state(pod, name), None)
+        follower.thread.join(_FOLLOWER_JOIN_SECONDS)
+        return self._exit_of(watch.pod, name)
 
     def _engine_stats(self) -> ContainerStats:
         from kubernetes import client
@@ -494,55 +621,171 @@ class KubernetesContainerHandle(EngineContainerHandle):
     def _remove(self) -> None:
         for follower in self._followers:
             follower.thread.join(_FOLLOWER_JOIN_SECONDS)
-        for name, watch in list(self._watches.items()):
-            self._delete_quietly(name)
-            watch.stop()
+        if self._attempt_watch is not None:
+            self._runtime.delete_attempt(self.container_id)
+            self._attempt_watch.stop()
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _create_pod(self, name: str, role: str, command: list[str]) -> PodWatch:
-        manifest = task_pod_manifest(self._config, name, self._runtime.settings, role, command)
-        try:
-            created = self._core.create_namespaced_pod(self._namespace, manifest, _preload_content=False)
-        except _api_errors() as exc:
-            raise ContainerError(f"cannot create Pod {name}: {_explain(exc)}") from exc
-        version = json.loads(created.data)["metadata"]["resourceVersion"]
-        watch = PodWatch(self._api_client, self._namespace, name, version)
-        self._watches[name] = watch
-        return watch
+    def _pod_watch(self) -> PodWatch:
+        if self._attempt_watch is None:
+            raise ContainerError(f"Pod {self.container_id} was never created")
+        return self._attempt_watch
 
-    def _await_start(self, watch: PodWatch, name: str | None = None) -> None:
-        """Wait until the container runs or ended; raise with the kubelet's reason if it cannot start."""
+    def _ensure_pod(self) -> PodWatch:
+        """Create the attempt's Pod (and the ConfigMap with the worker's files) on first use."""
+        with self._pod_lock:
+            if self._attempt_watch is not None:
+                return self._attempt_watch
+            files = zip_tree(self._config.workdir)
+            if len(files) > MAX_WORKER_FILES_BYTES:
+                raise ContainerError(
+                    f"the files the worker wrote in {self._config.workdir} take {len(files) / 2**20:.1f} MiB zipped; "
+                    f"a task Pod receives at most {MAX_WORKER_FILES_BYTES // 1024} KiB this way: pass large "
+                    "inputs through storage"
+                )
+            settings = self._runtime.settings
+            manifest = task_pod_manifest(
+                self._config, self.container_id, settings, self._runtime.helper_image, with_files=bool(files)
+            )
+            try:
+                if files:
+                    self._core.create_namespaced_config_map(
+                        self._namespace,
+                        {
+                            "metadata": {
+                                "name": self.container_id,
+                                "labels": manifest["metadata"]["labels"],
+                            },
+                            "binaryData": {FILES_KEY: base64.b64encode(files).decode()},
+                        },
+                    )
+                created = self._core.create_namespaced_pod(self._namespace, manifest, _preload_content=False)
+            except _api_errors() as exc:
+                raise ContainerError(f"cannot create Pod {self.container_id}: {_explain(exc)}") from exc
+            pod = json.loads(created.data)
+            if files:
+                # Deleting the Pod (here, by its worker's GC or by hand) removes its files too.
+                owner = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": self.container_id,
+                    "uid": pod["metadata"]["uid"],
+                }
+                try:
+                    self._core.patch_namespaced_config_map(
+                        self.container_id, self._namespace, {"metadata": {"ownerReferences": [owner]}}
+                    )
+                except _api_errors() as exc:
+                    raise ContainerError(
+                        f"cannot update ConfigMap {self.container_id}: {_explain(exc)}"
+                    ) from exc
+            self._attempt_watch = PodWatch(
+                self._api_client, self._namespace, self.container_id, pod["metadata"]["resourceVersion"]
+            )
+            return self._attempt_watch
+
+    def _await_running(self, watch: PodWatch, container: str) -> None:
+        """Wait until `container` runs or ended; raise with the kubelet's reason if it cannot start."""
+
+        def fill_failed(pod: dict[str, Any] | None) -> bool:
+            return _state(pod, FILL_CONTAINER).get("terminated", {}).get("exitCode", 0) != 0
 
         def started_or_stuck(pod: dict[str, Any] | None, deleted: bool) -> bool:
-            state = _main_state(pod)
-            waiting = state.get("waiting") or {}
+            state = _state(pod, container)
             phase = ((pod or {}).get("status") or {}).get("phase")
             return (
                 deleted
                 or "running" in state
                 or "terminated" in state
-                or waiting.get("reason") in (FATAL_WAITING_REASONS)
+                or _fatal_waiting(pod) is not None
                 or phase == "Failed"
+                or fill_failed(pod)
             )
 
         watch.wait_for(started_or_stuck, None)
         pod, deleted = watch.pod, watch.deleted
-        state = _main_state(pod)
+        state = _state(pod, container)
         if "running" in state or "terminated" in state:
             return
+        if fill_failed(pod):
+            raise ContainerError(f"cannot materialise the task's workdir: {self._fill_log()}")
         if deleted:
-            raise ContainerError(f"Pod {name or self.container_id} was deleted before its container started")
-        waiting = state.get("waiting") or {}
-        if waiting.get("reason"):
+            raise ContainerError(
+                f"Pod {self.container_id} was deleted before its container {container} started"
+            )
+        waiting = _fatal_waiting(pod)
+        if waiting is not None:
             raise ContainerError(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
         status = (pod or {}).get("status") or {}
         raise ContainerError(
-            f"Pod {name or self.container_id} failed: {status.get('reason', '')} {status.get('message', '')}".strip()
+            f"Pod {self.container_id} failed: {status.get('reason', '')} {status.get('message', '')}".strip()
         )
 
-    def _exit_of(self, watch: PodWatch) -> EngineExit:
-        terminated = _main_state(watch.pod).get("terminated")
+    def _fill_log(self) -> str:
+        try:
+            text = self._core.read_namespaced_pod_log(
+                self.container_id, self._namespace, container=FILL_CONTAINER, tail_lines=20
+            )
+        except _api_errors() as exc:
+            return f"(its log is unavailable: {_explain(exc)})"
+        return str(text).strip() or "it exited without saying why"
+
+    def _exec(self, command: list[str]) -> str:
+        """Run `command` in the Pod's workdir container; its stdout, or ContainerError."""
+        from kubernetes import client
+        from kubernetes.stream import stream
+
+        # The exec transport swaps the client's request function while it runs: keep it off the
+        # client the watches and log followers use.
+        api_client = client.ApiClient(self._api_client.configuration)
+        try:
+            response = stream(
+                client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
+                self.container_id,
+                self._namespace,
+                container=WORKDIR_CONTAINER,
+                command=command,
+                stdout=True,
+                stderr=True,
+                stdin=False,
+                tty=False,
+                _preload_content=False,
+            )
+            response.run_forever(timeout=_EXEC_SECONDS)
+            output, errors, code = response.read_stdout(), response.read_stderr(), response.returncode
+            response.close()
+        except (*_api_errors(), ConnectionError, ValueError) as exc:
+            raise ContainerError(
+                f"cannot run {command[0]} in Pod {self.container_id}: {_explain(exc)}"
+            ) from exc
+        finally:
+            api_client.close()
+        if code != 0:
+            raise ContainerError(
+                f"{' '.join(command)} failed in Pod {self.container_id} ({code}): {errors.strip()}"
+            )
+        return output
+
+    def _collect_outputs(self) -> None:
+        """Copy what the task wrote in /app back into the worker's workdir."""
+        encoded = self._exec(["python3", "-m", "iris.cluster.runtime.pod_workdir", "collect", APP_DIR])
+        try:
+            archive = base64.b64decode(encoded, validate=True)
+        except binascii.Error as exc:
+            raise ContainerError(
+                f"the task's outputs in Pod {self.container_id} came back garbled: {exc}"
+            ) from exc
+        if archive:
+            try:
+                extract_bundle(archive, self._config.workdir)
+            except (UnsafeBundleError, OSError) as exc:
+                raise ContainerError(
+                    f"cannot copy the task's outputs into {self._config.workdir}: {exc}"
+                ) from exc
+
+    def _exit_of(self, pod: dict[str, Any] | None, container: str) -> EngineExit:
+        terminated = _state(pod, container).get("terminated")
         if terminated is None:
             return EngineExit(exit_code=None, message="the Pod was deleted before its container finished")
 
@@ -555,22 +798,19 @@ class KubernetesContainerHandle(EngineContainerHandle):
         return EngineExit(
             exit_code=terminated.get("exitCode"),
             oom_killed=terminated.get("reason") == "OOMKilled",
-            started_at_ms=stamp("startedAt"),
+            # The task container starts before its go; the engine's own start time is the command's.
+            started_at_ms=None,
             finished_at_ms=stamp("finishedAt"),
             message=terminated.get("message", "")
             if terminated.get("reason") not in ("Completed", "Error", "OOMKilled")
             else "",
         )
 
-    def _delete_quietly(self, name: str) -> None:
-        try:
-            self._core.delete_namespaced_pod(name, self._namespace, grace_period_seconds=0)
-        except _api_errors():
-            pass
-
 
 class KubernetesRuntime:
     name = "kubernetes"
+    # Task Pods fetch the job bundle themselves (they may run on any node): the worker does not.
+    fetches_bundle = True
 
     def __init__(self, settings: KubernetesSettings | None = None, kubeconfig: str | None = None) -> None:
         try:
@@ -597,8 +837,21 @@ class KubernetesRuntime:
             raise ContainerError(
                 f"cannot list Pods in namespace {self.settings.namespace!r} at {configuration.host}: {_explain(exc)}"
             ) from exc
+        self.helper_image = self.settings.helper_image or self._own_image()
         self._lock = threading.Lock()
         self._live: set[str] = set()
+
+    def _own_image(self) -> str:
+        """The image of the worker's Pod (it has iris, with the storage clients); empty outside one."""
+        if not self.settings.owner_pod_name:
+            return ""
+        try:
+            pod = self._core.read_namespaced_pod(self.settings.owner_pod_name, self.settings.namespace)
+        except _api_errors() as exc:
+            raise ContainerError(
+                f"cannot read the worker's Pod {self.settings.owner_pod_name!r}: {_explain(exc)}"
+            ) from exc
+        return pod.spec.containers[0].image
 
     def create_container(self, config: ContainerConfig) -> KubernetesContainerHandle:
         check_config(config, "kubernetes")
@@ -608,25 +861,37 @@ class KubernetesRuntime:
         return KubernetesContainerHandle(self, config, name, on_cleanup=self._forget)
 
     def remove_leftovers(self) -> int:
-        """Delete this worker's iris.managed Pods that this runtime did not create."""
+        """Delete this worker's iris.managed Pods (and their ConfigMaps) that this runtime did not create."""
         with self._lock:
             live = set(self._live)
         selector = f"{LABEL_MANAGED}=true,{LABEL_OWNER}={self.settings.owner}"
+        namespace = self.settings.namespace
         try:
-            pods = self._core.list_namespaced_pod(self.settings.namespace, label_selector=selector).items
+            pods = self._core.list_namespaced_pod(namespace, label_selector=selector).items
+            config_maps = self._core.list_namespaced_config_map(namespace, label_selector=selector).items
         except _api_errors() as exc:
             raise ContainerError(f"cannot list Pods: {_explain(exc)}") from exc
         removed = 0
         for pod in pods:
-            name = pod.metadata.name
-            if name in live or name.rpartition("-setup-")[0] in live:
-                continue
-            try:
-                self._core.delete_namespaced_pod(name, self.settings.namespace, grace_period_seconds=0)
-            except _api_errors():
-                continue
-            removed += 1
+            if pod.metadata.name not in live and self.delete_attempt(pod.metadata.name):
+                removed += 1
+        for config_map in config_maps:
+            if config_map.metadata.name not in live:
+                self.delete_attempt(config_map.metadata.name)
         return removed
+
+    def delete_attempt(self, name: str) -> bool:
+        """Delete an attempt's Pod and ConfigMap at once; True if the Pod was there."""
+        namespace = self.settings.namespace
+        try:
+            self._core.delete_namespaced_config_map(name, namespace)
+        except _api_errors():
+            pass  # it had no files, or the Pod's deletion took it already
+        try:
+            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except _api_errors():
+            return False
+        return True
 
     def _forget(self, name: str) -> None:
         with self._lock:

@@ -552,6 +552,7 @@ def _kill_marked_processes(container_ids: set[str]) -> None:
 
 class ProcessRuntime:
     name = "process"
+    fetches_bundle = False
 
     def __init__(self, state_dir: Path) -> None:
         self._containers_dir = state_dir / "containers"

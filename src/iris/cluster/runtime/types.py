@@ -71,7 +71,9 @@ class ContainerConfig:
 
     `workdir` is a host directory owned by the worker holding the extracted bundle; it is the
     command's working directory (mounted into the container by image-based runtimes) and is never
-    deleted by a runtime. Ports are already allocated by the worker, which also puts them into
+    deleted by a runtime. A runtime that `fetches_bundle` (its containers may run on another host)
+    gets an unextracted `bundle_uri` instead, and the workdir holds only what the worker wrote;
+    what the command writes there comes back when it exits. Ports are already allocated by the worker, which also puts them into
     `env`; a runtime only has to make them reachable (the process runtime shares the host network).
     """
 
@@ -81,6 +83,8 @@ class ContainerConfig:
     attempt_id: int
     labels: dict[str, str]
     image: str = ""
+    bundle_uri: str = ""
+    bundle_sha256: str = ""
     env: dict[str, str] = field(default_factory=dict)
     setup_commands: list[str] = field(default_factory=list)
     pip_packages: list[str] = field(default_factory=list)
@@ -177,6 +181,8 @@ class ContainerHandle(Protocol):
 
 class ContainerRuntime(Protocol):
     name: str
+    # True when the runtime's containers fetch the bundle themselves (ContainerConfig.bundle_uri).
+    fetches_bundle: bool
 
     def create_container(self, config: ContainerConfig) -> ContainerHandle: ...
 

@@ -175,7 +175,7 @@ class TaskAttempt:
         request = self.request
         self._set_state(pb.TASK_STATE_BUILDING)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if request.bundle_uri:
+        if request.bundle_uri and not self._ctx.runtime.fetches_bundle:
             self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
         if self._kill_requested.is_set():
             return
@@ -263,6 +263,8 @@ class TaskAttempt:
         device = resources.device
         return ContainerConfig(
             image=self._ctx.task_image,
+            bundle_uri=request.bundle_uri if self._ctx.runtime.fetches_bundle else "",
+            bundle_sha256=request.bundle_sha256 if self._ctx.runtime.fetches_bundle else "",
             command=command,
             env=env,
             workdir=self.workdir,
