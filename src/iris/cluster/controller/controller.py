@@ -13,6 +13,8 @@ import asyncio
 import logging
 
 import pyqwest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
@@ -220,10 +222,14 @@ class Controller:
         if heartbeat is None:
             return None
         try:
-            chaos.maybe_fail("controller.heartbeat")
+            if heartbeat.request.tasks_to_run:
+                chaos.maybe_fail(chaos.CONTROLLER_DISPATCH, _unreachable)
+            chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT, _unreachable)
             response = await self._client_for(heartbeat.address).heartbeat(
                 heartbeat.request, timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000)
             )
+            # The worker acted on the request; only its answer is lost.
+            chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT_ANSWER, _timed_out)
         except Exception as exc:
             logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
             self.core.round_failed(heartbeat, _describe_error(exc))
@@ -231,6 +237,14 @@ class Controller:
         outcome = self.core.round_answered(heartbeat, response)
         self.samples.record_usage(now_ms(), response)
         return outcome
+
+
+def _unreachable(message: str) -> ConnectError:
+    return ConnectError(Code.UNAVAILABLE, message)
+
+
+def _timed_out(message: str) -> ConnectError:
+    return ConnectError(Code.DEADLINE_EXCEEDED, message)
 
 
 def _describe_error(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import logging
 import secrets
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -59,6 +60,9 @@ def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise ConnectError(Code.ALREADY_EXISTS, str(exc)) from None
         except StorageError as exc:
             raise ConnectError(Code.UNAVAILABLE, str(exc)) from None
+        except sqlite3.OperationalError as exc:
+            # The state database was busy or could not be written: the same call may well succeed again.
+            raise ConnectError(Code.UNAVAILABLE, f"the controller could not update its state: {exc}") from None
         except ResourceNotFoundError as exc:
             raise ConnectError(Code.NOT_FOUND, str(exc)) from None
         except PlatformError as exc:

@@ -116,7 +116,7 @@ class BundleCache:
         return path
 
     def _download(self, uri: str, sha256: str, path: Path) -> None:
-        chaos.maybe_fail("worker.bundle_download")
+        chaos.maybe_fail(chaos.WORKER_BUNDLE_DOWNLOAD, storage.StorageError)
         started = time.monotonic()
         data = storage.read_bytes(uri, what="bundle")
         actual = hashlib.sha256(data).hexdigest()

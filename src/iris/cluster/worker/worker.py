@@ -16,6 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris import chaos
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
@@ -105,6 +109,7 @@ class Worker:
     # ------------------------------------------------------------ talking to the controller
 
     def _register_once(self) -> None:
+        chaos.maybe_fail(chaos.WORKER_REGISTER, _unreachable)
         self._controller.register(
             pb.RegisterRequest(
                 worker_id=self.settings.worker_id, address=self.settings.address, metadata=self.settings.metadata
@@ -213,4 +218,8 @@ class Worker:
 
     def seconds_since_heartbeat(self) -> float:
         return time.monotonic() - self._last_heartbeat
+
+
+def _unreachable(message: str) -> ConnectError:
+    return ConnectError(Code.UNAVAILABLE, message)
 
