@@ -4,8 +4,9 @@ Production code calls `chaos.maybe_fail(POINT, SomeError)` where real failures h
 fires raises `SomeError`, the type the real failure would raise, so the code's real recovery path
 runs. With no rules enabled the call is one truth test of an empty dict.
 
-Each rule has its own random generator seeded from the run's seed and the point's name, so a run
-is reproducible point by point however the points interleave. Every injection is counted
+Each rule has its own random generator seeded from the run's seed, the process's stream name (a
+worker's id, "controller") and the point's name, so a run is reproducible point by point however
+the points interleave, and two workers given the same seed still fail at different moments. Every injection is counted
 (`injections()`), and when IRIS_CHAOS_LOG names a file, also appended to it as one line holding
 the point's name: a daemon SIGKILLed by a test leaves its count behind.
 
@@ -76,13 +77,14 @@ class _Rule:
 _rules: dict[str, _Rule] = {}
 _counts: Counter[str] = Counter()
 _seed = 0
+_stream = ""
 _log_path: str | None = None
 _lock = threading.Lock()
 
 
 def _point_rng(point: str) -> random.Random:
     # crc32, not hash(): string hashes are salted per process, and daemons must draw alike.
-    return random.Random(_seed * 1_000_003 + zlib.crc32(point.encode()))
+    return random.Random(_seed * 1_000_003 + zlib.crc32(f"{_stream}/{point}".encode()))
 
 
 def enable(point: str, probability: float = 1.0, count: int | None = None) -> None:
@@ -97,11 +99,11 @@ def enable(point: str, probability: float = 1.0, count: int | None = None) -> No
         _rules[point] = _Rule(probability, count, _point_rng(point))
 
 
-def seed(value: int) -> None:
-    """Seed the rules enabled from now on."""
-    global _seed
+def seed(value: int, stream: str = "") -> None:
+    """Seed the rules enabled from now on; `stream` tells apart processes sharing the seed."""
+    global _seed, _stream
     with _lock:
-        _seed = value
+        _seed, _stream = value, stream
 
 
 def record_to(path: str | None) -> None:
@@ -112,12 +114,11 @@ def record_to(path: str | None) -> None:
 
 
 def reset() -> None:
-    global _seed, _log_path
+    global _seed, _stream, _log_path
     with _lock:
         _rules.clear()
         _counts.clear()
-        _seed = 0
-        _log_path = None
+        _seed, _stream, _log_path = 0, "", None
 
 
 def injections() -> dict[str, int]:
@@ -158,12 +159,13 @@ def parse_rules(spec: str) -> list[tuple[str, float, int | None]]:
     return rules
 
 
-def load_from_env(environ: dict[str, str] | None = None) -> None:
-    """Enable the rules, seed and log the environment names, so daemons started by tests can fail."""
+def load_from_env(stream: str = "", environ: dict[str, str] | None = None) -> None:
+    """Enable the rules, seed and log the environment names, so daemons started by tests can fail;
+    `stream` names this process among those sharing the seed."""
     env = os.environ if environ is None else environ
     seed_text = env.get(ENV_SEED, "")
     try:
-        seed(int(seed_text) if seed_text else 0)
+        seed(int(seed_text) if seed_text else 0, stream)
     except ValueError:
         raise ValueError(f"invalid {ENV_SEED} {seed_text!r}: expected an integer") from None
     record_to(env.get(ENV_LOG) or None)

@@ -48,6 +48,10 @@ def test_chaos_same_seed_same_point_fires_identically() -> None:
     chaos.seed(8)
     chaos.enable(chaos.CONTROLLER_DISPATCH, 0.3)
     assert _fires(chaos.CONTROLLER_DISPATCH, 200) != first
+    chaos.reset()
+    chaos.seed(7, stream="worker-2")
+    chaos.enable(chaos.CONTROLLER_DISPATCH, 0.3)
+    assert _fires(chaos.CONTROLLER_DISPATCH, 200) != first
 
 
 def test_chaos_rule_raises_callers_error_type_and_counts() -> None:
@@ -69,6 +73,7 @@ def test_chaos_unknown_point_or_bad_probability_refused() -> None:
 def test_chaos_load_from_env_enables_seeds_and_logs(tmp_path: Path) -> None:
     log = tmp_path / "injections.log"
     chaos.load_from_env(
+        "worker-1",
         {
             chaos.ENV_RULES: f"{chaos.CONTAINER_CREATE}=1.0:3, {chaos.PLATFORM_CREATE_SLICE}=0.0",
             chaos.ENV_SEED: "42",
@@ -82,6 +87,6 @@ def test_chaos_load_from_env_enables_seeds_and_logs(tmp_path: Path) -> None:
 
 def test_chaos_load_from_env_bad_entry_names_it() -> None:
     with pytest.raises(ValueError, match="invalid IRIS_CHAOS entry 'controller.dispatch=often'"):
-        chaos.load_from_env({chaos.ENV_RULES: "controller.dispatch=often"})
+        chaos.load_from_env(environ={chaos.ENV_RULES: "controller.dispatch=often"})
     with pytest.raises(ValueError, match="IRIS_CHAOS_SEED"):
-        chaos.load_from_env({chaos.ENV_SEED: "x"})
+        chaos.load_from_env(environ={chaos.ENV_SEED: "x"})

@@ -182,8 +182,8 @@ def serve(
 ) -> None:
     """Serve the controller until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_from_env()
     try:
+        load_from_env("controller")
         config = load_and_validate(config_path)
         daemon = ControllerDaemon.from_config(
             config,

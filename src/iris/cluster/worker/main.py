@@ -130,7 +130,6 @@ def serve(
 ) -> None:
     """Register with the controller and run the tasks it sends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_from_env()
     bootstrap = None
     kill_grace_s, heartbeat_s = DEFAULT_KILL_GRACE_PERIOD.seconds, DEFAULT_HEARTBEAT_INTERVAL.seconds
     if config_path:
@@ -184,6 +183,10 @@ def serve(
         task_image=task_image or (bootstrap.task_image if bootstrap else ""),
         reregister_after_s=max(3 * heartbeat_s, 15.0),
     )
+    try:
+        load_from_env(settings.worker_id)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     worker = Worker(settings, container_runtime)
 
     async def health(request: Request) -> JSONResponse:
