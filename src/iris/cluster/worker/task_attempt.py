@@ -30,7 +30,7 @@ from iris.cluster.runtime.types import (
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
-from iris.storage import StorageError
+from iris.storage import StorageError, StorageNotFoundError
 from iris.time import now_ms
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,9 @@ RESULT_FILE = ".iris-result.pkl"
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 LOG_POLL_INTERVAL_S = 0.05
 
-TERMINAL = frozenset({pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED})
+TERMINAL = frozenset(
+    {pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED, pb.TASK_STATE_WORKER_FAILED}
+)
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,8 @@ class TaskAttempt:
         if request.bundle_uri:
             try:
                 self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
+            except StorageNotFoundError:
+                raise  # the bundle is gone for good: another attempt would not find it either
             except StorageError as exc:
                 raise _WorkerFault(exc) from exc
         if self._kill_requested.is_set():
