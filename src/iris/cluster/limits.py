@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES, DEFAULT_MAX_BUNDLE_ENTRIES, DEFAULT_MAX_UNPACKED_BYTES
 from iris.rpc import cluster_pb2 as pb
 
 # An error quotes at most this many characters of a value the user sent.
@@ -55,6 +56,9 @@ class InputLimits:
     max_timeout_ms: int = 365 * 24 * 3600 * 1000  # a year
     min_priority: int = -1_000_000
     max_priority: int = 1_000_000
+    max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES  # a bundle as uploaded (compressed)
+    max_bundle_entries: int = DEFAULT_MAX_BUNDLE_ENTRIES
+    max_bundle_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
 
 
 DEFAULT_INPUT_LIMITS = InputLimits()

@@ -15,7 +15,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES
 from iris.chaos import load_from_env
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
@@ -43,7 +42,7 @@ from iris.rpc.cluster_connect import ControllerServiceASGIApplication
 logger = logging.getLogger("iris.controller")
 
 # Room for the rest of a LaunchJob request around the largest bundle.
-MAX_REQUEST_BYTES = DEFAULT_MAX_BUNDLE_BYTES + 4 * 1024 * 1024
+REQUEST_OVERHEAD_BYTES = 4 * 1024 * 1024
 
 
 class ControllerDaemon:
@@ -90,7 +89,8 @@ class ControllerDaemon:
                 self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform, input_limits), read_max_bytes=MAX_REQUEST_BYTES
+            ControllerServiceImpl(self.controller, self.platform, input_limits),
+            read_max_bytes=input_limits.max_bundle_bytes + REQUEST_OVERHEAD_BYTES,
         )
         app = build_app(
             [service],

@@ -17,6 +17,7 @@ from typing import TypeVar
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from iris.bundle_format import check_bundle_blob
 from iris.cluster.controller import render
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller
@@ -86,14 +87,12 @@ class ControllerServiceImpl:
     def __init__(
         self,
         controller: Controller,
-        max_bundle_bytes: int,
         platform: Platform | None = None,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
     ):
         self._controller = controller
         self._limits = limits
         self._store = controller.store
-        self._max_bundle_bytes = max_bundle_bytes
         self._platform = platform
 
     def _autoscaler(self) -> Autoscaler:
@@ -108,7 +107,13 @@ class ControllerServiceImpl:
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
         # Limits first: no later check may echo, or work in proportion to, an oversized field.
         check_launch_limits(request, self._limits)
-        validate_launch_request(request, self._max_bundle_bytes)
+        validate_launch_request(request, self._limits.max_bundle_bytes)
+        if request.bundle_blob:
+            # Refused here, before it is stored, rather than on every worker that would unpack it.
+            limits = self._limits
+            await asyncio.to_thread(
+                check_bundle_blob, request.bundle_blob, limits.max_bundle_entries, limits.max_bundle_unpacked_bytes
+            )
         job_id = await self._controller.launch_job(request)
         return pb.LaunchJobResponse(job_id=job_id)
 

@@ -20,6 +20,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris import chaos
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
@@ -50,6 +51,8 @@ class WorkerSettings:
     # Re-register when no heartbeat arrived for this long.
     reregister_after_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The cluster's limits; a worker unpacks only the bundles its controller accepts.
+    input_limits: InputLimits = DEFAULT_INPUT_LIMITS
 
 
 class Worker:
@@ -60,7 +63,7 @@ class Worker:
         self._attempts: dict[tuple[str, int], TaskAttempt] = {}
         self._finished_at: dict[tuple[str, int], float] = {}
         self._ports = PortAllocator()
-        self._bundles = BundleCache(settings.cache_dir / "bundles")
+        self._bundles = BundleCache(settings.cache_dir / "bundles", limits=settings.input_limits)
         self._ctx = AttemptContext(
             runtime=runtime,
             bundles=self._bundles,
