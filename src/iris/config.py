@@ -19,6 +19,7 @@ import yaml
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from iris.cluster.limits import limits_from_config
 from iris.rpc import config_pb2, time_pb2
 from iris.time import Duration
 
@@ -622,6 +623,10 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
         _validate_scale_group(source, f"scale_groups.{name}", name, group, platform)
     _validate_controller(source, config, platform)
     _validate_storage(source, config.storage, platform)
+    try:
+        limits_from_config(config.limits)
+    except ValueError as exc:
+        raise ConfigError(source, "", str(exc)) from None
 
     runtime = config.defaults.bootstrap.runtime
     if runtime and runtime not in RUNTIMES:

@@ -14,9 +14,11 @@ import httpx
 import pytest
 
 from iris.client import IrisClient
+from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.limits import InputLimits
 from iris.cluster.types import Entrypoint
+from iris.config import ConfigError, load_and_validate
 
 SERVICE = "iris.cluster.ControllerService"
 
@@ -206,3 +208,56 @@ def test_client_submit_whose_answer_is_lost_retries_into_the_same_job(controller
 
     assert proxy.dropped == 1
     assert created == {job.job_id}
+
+
+def test_get_job_status_huge_job_id_is_invalid_argument_quoting_a_prefix(controller_url: str) -> None:
+    response = _call(controller_url, "GetJobStatus", {"jobId": "/" + "x" * (8 << 20)})
+
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["code"] == "invalid_argument"
+    assert "longer than the limit of 4096" in response.json()["message"]
+    assert len(response.text) < 400
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "field"),
+    [
+        ("TerminateJob", {"jobId": "/job\u0000"}, "job_id"),
+        ("GetTaskLogs", {"id": "/" + "y" * 5000}, "id"),
+        ("ListJobs", {"nameContains": "z" * 2000}, "name_contains"),
+        ("RegisterEndpoint", {"name": "n" * 2000, "address": "a", "jobId": "/j"}, "name"),
+        ("ListEndpoints", {"prefix": "p" * 2000}, "prefix"),
+    ],
+)
+def test_other_rpcs_oversized_or_control_character_strings_are_refused(
+    controller_url: str, method: str, body: dict, field: str
+) -> None:
+    response = _call(controller_url, method, body)
+
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["message"].startswith(field + " ")
+    assert len(response.text) < 400
+
+
+def test_controller_from_config_applies_its_limits_section(tmp_path: Path) -> None:
+    config_path = tmp_path / "cluster.yaml"
+    config_path.write_text(
+        f"name: limited\nplatform:\n  local: {{}}\nstorage:\n  bundle_prefix: file://{tmp_path}/bundles\n"
+        f"controller:\n  local:\n    state_dir: {tmp_path}/state\nlimits:\n  max_replicas: 3\n"
+    )
+    daemon = ControllerDaemon.from_config(load_and_validate(config_path), port=0)
+    daemon.start_in_thread()
+    try:
+        with IrisClient.remote(daemon.url) as client:
+            with pytest.raises(InvalidRequestError, match="replicas must be between 0 and 3, got 4"):
+                client.submit(Entrypoint.from_command("true"), name="wide", replicas=4, workspace=tmp_path / "state")
+    finally:
+        daemon.stop()
+
+
+def test_config_negative_limit_is_a_config_error(tmp_path: Path) -> None:
+    config_path = tmp_path / "cluster.yaml"
+    config_path.write_text("platform:\n  local: {}\nlimits:\n  max_bundle_entries: -5\n")
+
+    with pytest.raises(ConfigError, match="limits.max_bundle_entries must be 0 or more, got -5"):
+        load_and_validate(config_path)

@@ -24,7 +24,7 @@ from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
-from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits, limits_from_config
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name
@@ -127,6 +127,7 @@ class ControllerDaemon:
             cluster_config=config,
             config_path=config_path,
             advertise_host=advertise_host,
+            input_limits=limits_from_config(config.limits),
         )
 
     async def _health(self, request: Request) -> JSONResponse:

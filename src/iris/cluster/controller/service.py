@@ -29,6 +29,7 @@ from iris.cluster.limits import (
     DEFAULT_INPUT_LIMITS,
     InputLimits,
     check_launch_limits,
+    check_request_limits,
     check_worker_id,
     parse_page_token,
 )
@@ -52,6 +53,8 @@ def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     @functools.wraps(handler)
     async def wrapper(self, request, ctx):
         try:
+            # Sizes first, so that no error below echoes, and no lookup works on, an oversized string.
+            check_request_limits(request, self._limits)
             return await handler(self, request, ctx)
         except ConnectError:
             raise
