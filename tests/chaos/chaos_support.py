@@ -11,12 +11,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
+from iris import chaos
 from iris.client import IrisClient
 from iris.client.client import IDEMPOTENT_METHODS, ControllerUnavailableError, IrisError
 from iris.rpc import cluster_pb2 as pb
@@ -77,18 +79,25 @@ class ChaosCluster:
             )
         )
         self.env = {**os.environ, MARKER_ENV: marker, **chaos_env}
+        # A daemon started again draws new faults: its seed counts its incarnations.
+        self._incarnations: Counter[str] = Counter()
         self.controller: subprocess.Popen | None = None
         self.workers: dict[str, subprocess.Popen] = {}
         self.worker_args: dict[str, list[str]] = {}
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen:
+        incarnation = self._incarnations[log_name]
+        self._incarnations[log_name] += 1
+        env = dict(self.env)
+        if chaos.ENV_SEED in env:
+            env[chaos.ENV_SEED] = str(int(env[chaos.ENV_SEED]) + 1000 * incarnation)
         with open(self.root / log_name, "ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env,
+                env=env,
                 start_new_session=True,
             )
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from iris import chaos
 from iris.client import IrisClient
 from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
@@ -261,3 +262,15 @@ def test_config_negative_limit_is_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="limits.max_bundle_entries must be 0 or more, got -5"):
         load_and_validate(config_path)
+
+
+def test_controller_start_whose_store_write_fails_retries_and_serves(tmp_path: Path) -> None:
+    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", port=0)
+    chaos.enable(chaos.CONTROLLER_STORE_WRITE, 1.0, count=2)
+    try:
+        daemon.start_in_thread()
+        assert httpx.get(f"{daemon.url}/health", timeout=10).status_code == 200
+        assert chaos.injections() == {chaos.CONTROLLER_STORE_WRITE: 2}
+    finally:
+        chaos.reset()
+        daemon.stop()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import time
 
 import pyqwest
 from connectrpc.code import Code
@@ -30,12 +32,14 @@ from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
-from iris.time import now_ms
+from iris.time import ExponentialBackoff, now_ms
 
 logger = logging.getLogger(__name__)
 
 # How long the scheduler lets further submits gather after a wake-up before it runs.
 SCHEDULING_COALESCE_S = 0.002
+# How long a starting controller retries a store it cannot write before giving up.
+STARTUP_STORE_RETRY_S = 30.0
 
 
 class Controller:
@@ -64,10 +68,26 @@ class Controller:
         self._schedule_event = asyncio.Event()
         for task in (self._scheduler_loop(), self._tick_loop()):
             self._spawn(task)
-        self.core.resume()
+        await self._resume()
         if self.autoscaler is not None:
             self.autoscaler.start()
         await self.sample_cluster()
+
+    async def _resume(self) -> None:
+        """`core.resume()`, retried while the store cannot be written: a database briefly locked
+        or a full disk being cleaned must not stop the controller from coming up."""
+        backoff = ExponentialBackoff(initial=0.05, maximum=2.0)
+        deadline = time.monotonic() + STARTUP_STORE_RETRY_S
+        while True:
+            try:
+                self.core.resume()
+                return
+            except sqlite3.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                delay = backoff.next_delay()
+                logger.warning("cannot record the controller's start in its store: %s; retrying in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
 
     async def stop(self) -> None:
         self._stopping = True
