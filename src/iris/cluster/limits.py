@@ -191,6 +191,7 @@ REQUEST_STRING_LIMITS: dict[type, dict[str, str]] = {
     pb.RegisterEndpointRequest: {"name": _NAME, "address": _NAME, "job_id": _ID},
     pb.UnregisterEndpointRequest: {"endpoint_id": _ID},
     pb.ListEndpointsRequest: {"prefix": _FILTER},
+    pb.RegisterRequest: {"address": _NAME},
     pb.NotifyWorkerEventRequest: {"worker_id": _ID},
     pb.GetWorkerLogsRequest: {"worker_id": _ID},
     pb.GetTimeSeriesRequest: {"task_id": _ID},
@@ -212,8 +213,8 @@ def _limit_for(kind: str, limits: InputLimits) -> int:
 
 
 def check_request_limits(request: object, limits: InputLimits = DEFAULT_INPUT_LIMITS) -> None:
-    """Raise ValueError naming the first string of a request (other than LaunchJob and Register,
-    which have their own checks) that is too long, or an id holding a control character."""
+    """Raise ValueError naming the first string of a request that is too long, or an id holding a
+    control character. LaunchJob has `check_launch_limits`, a worker id `check_worker_id`."""
     for field_name, kind in REQUEST_STRING_LIMITS.get(type(request), {}).items():
         value = getattr(request, field_name)
         _check_chars(field_name, value, _limit_for(kind, limits))
