@@ -3,7 +3,9 @@ short reason and the controller keeps serving."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -12,12 +14,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 from iris import chaos
 from iris.client import IrisClient
 from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
-from iris.cluster.limits import InputLimits
+from iris.cluster.controller.service import _rpc
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
+from iris.rpc import cluster_pb2 as pb
 from iris.cluster.types import Entrypoint
 from iris.config import ConfigError, load_and_validate
 
@@ -274,3 +280,18 @@ def test_controller_start_whose_store_write_fails_retries_and_serves(tmp_path: P
     finally:
         chaos.reset()
         daemon.stop()
+
+
+def test_rpc_whose_store_write_fails_answers_unavailable_so_clients_retry() -> None:
+    class Service:
+        _limits = DEFAULT_INPUT_LIMITS
+
+        @_rpc
+        async def launch_job(self, request, ctx):
+            raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(ConnectError) as raised:
+        asyncio.run(Service().launch_job(pb.LaunchJobRequest(), None))
+
+    assert raised.value.code == Code.UNAVAILABLE
+    assert "could not update its state: database is locked" in raised.value.message
