@@ -19,8 +19,8 @@ from iris import chaos
 from iris.cluster import task_env
 from iris.cluster.runtime.types import (
     BuildFailedError,
-    ContainerError,
     ContainerConfig,
+    ContainerError,
     ContainerHandle,
     ContainerPhase,
     ContainerRuntime,
