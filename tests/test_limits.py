@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,13 +12,17 @@ from hypothesis import strategies as st
 from iris.cluster.limits import (
     DEFAULT_INPUT_LIMITS,
     QUOTE_PREFIX_CHARS,
+    REQUEST_STRING_LIMITS,
     InputLimits,
     check_launch_limits,
+    check_request_limits,
     check_worker_id,
+    limits_from_config,
     parse_page_token,
     quote_prefix,
 )
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc import config_pb2
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -120,3 +127,88 @@ def test_check_launch_limits_huge_argument_error_quotes_a_prefix() -> None:
 
 def test_check_worker_id_default_host_port_form_is_accepted() -> None:
     check_worker_id("worker-3.example:8081")
+
+
+# ---------------------------------------------------------------- the other requests' strings
+
+STRING_FIELDS = [(message, field_name) for message, limits in REQUEST_STRING_LIMITS.items() for field_name in limits]
+
+
+@settings(max_examples=40, deadline=None)
+@given(field=st.sampled_from(STRING_FIELDS), value=st.text(max_size=300) | st.text(min_size=5000, max_size=6000))
+def test_check_request_limits_any_string_passes_or_raises_a_short_value_error(field, value: str) -> None:
+    message, field_name = field
+    request = message(**{field_name: value})
+    limits = InputLimits(max_id_chars=200, max_name_chars=200, max_filter_chars=200, max_key_chars=200, max_string_chars=200)
+    try:
+        check_request_limits(request, limits)
+    except ValueError as exc:
+        assert len(str(exc)) < 400
+        assert field_name in str(exc)
+        return
+    assert len(value) <= 200
+    if REQUEST_STRING_LIMITS[message][field_name] == "id":
+        assert not any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=400), st.sampled_from(sorted(REQUEST_STRING_LIMITS, key=lambda m: m.__name__)))
+def test_check_request_limits_raw_bodies_that_parse_are_checked_without_crashing(body: bytes, message) -> None:
+    try:
+        request = message.FromString(body)
+    except Exception:
+        return
+    try:
+        check_request_limits(request)
+    except ValueError as exc:
+        assert len(str(exc)) < 400
+
+
+def test_check_request_limits_huge_job_id_is_refused_with_a_prefix() -> None:
+    with pytest.raises(ValueError, match=r"job_id 'xxxx.*\(8388608 chars\) is longer than the limit of 4096") as info:
+        check_request_limits(pb.GetJobStatusRequest(job_id="x" * (8 << 20)))
+    assert len(str(info.value)) < 200
+
+
+def test_check_request_limits_nul_in_a_task_id_is_refused() -> None:
+    with pytest.raises(ValueError, match="control character"):
+        check_request_limits(pb.GetTaskStatusRequest(task_id="/job/0\x00"))
+
+
+def test_check_request_limits_too_many_listjobs_states_is_refused() -> None:
+    with pytest.raises(ValueError, match="states has 2000 entries"):
+        check_request_limits(pb.ListJobsRequest(states=[1] * 2000))
+
+
+# ---------------------------------------------------------------- limits from the cluster config
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from([f.name for f in fields(InputLimits)]), st.integers(0, 2**40), max_size=6))
+def test_limits_from_config_set_fields_override_and_unset_keep_defaults(given_fields: dict[str, int]) -> None:
+    config = config_pb2.LimitsConfig(**given_fields)
+    try:
+        limits = limits_from_config(config)
+    except ValueError as exc:
+        assert "min_priority" in str(exc)  # a min above the max is the one inconsistency left
+        return
+    for field in fields(InputLimits):
+        expected = given_fields.get(field.name, getattr(DEFAULT_INPUT_LIMITS, field.name))
+        assert getattr(limits, field.name) == expected
+
+
+def test_limits_from_config_negative_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="limits.max_replicas must be 0 or more, got -1"):
+        limits_from_config(config_pb2.LimitsConfig(max_replicas=-1))
+
+
+def test_limits_from_config_empty_section_is_the_defaults() -> None:
+    assert limits_from_config(config_pb2.LimitsConfig()) == DEFAULT_INPUT_LIMITS
+
+
+def test_input_limits_every_field_is_in_the_config_and_the_docs() -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "limits.md").read_text()
+    config_fields = {f.name for f in config_pb2.LimitsConfig.DESCRIPTOR.fields}
+    for field in fields(InputLimits):
+        assert field.name in config_fields
+        assert f"`{field.name}`" in docs

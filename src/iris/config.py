@@ -19,6 +19,7 @@ import yaml
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from iris.cluster.limits import limits_from_config
 from iris.rpc import config_pb2, time_pb2
 from iris.time import Duration
 
@@ -603,6 +604,10 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
     for key_path, problem in provider.config_problems(config):
         raise ConfigError(source, key_path, problem)
     _validate_storage(source, config.storage, provider.name)
+    try:
+        limits_from_config(config.limits)
+    except ValueError as exc:
+        raise ConfigError(source, "", str(exc)) from None
 
     runtime = config.defaults.bootstrap.runtime
     if runtime and runtime not in RUNTIMES:

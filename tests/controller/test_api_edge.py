@@ -3,7 +3,9 @@ short reason and the controller keeps serving."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -12,11 +14,18 @@ from pathlib import Path
 
 import httpx
 import pytest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
+from iris import chaos
 from iris.client import IrisClient
+from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
-from iris.cluster.limits import InputLimits
+from iris.cluster.controller.service import _rpc
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.types import Entrypoint
+from iris.config import ConfigError, load_and_validate
+from iris.rpc import cluster_pb2 as pb
 
 SERVICE = "iris.cluster.ControllerService"
 
@@ -206,3 +215,83 @@ def test_client_submit_whose_answer_is_lost_retries_into_the_same_job(controller
 
     assert proxy.dropped == 1
     assert created == {job.job_id}
+
+
+def test_get_job_status_huge_job_id_is_invalid_argument_quoting_a_prefix(controller_url: str) -> None:
+    response = _call(controller_url, "GetJobStatus", {"jobId": "/" + "x" * (8 << 20)})
+
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["code"] == "invalid_argument"
+    assert "longer than the limit of 4096" in response.json()["message"]
+    assert len(response.text) < 400
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "field"),
+    [
+        ("TerminateJob", {"jobId": "/job\u0000"}, "job_id"),
+        ("GetTaskLogs", {"id": "/" + "y" * 5000}, "id"),
+        ("ListJobs", {"nameContains": "z" * 2000}, "name_contains"),
+        ("RegisterEndpoint", {"name": "n" * 2000, "address": "a", "jobId": "/j"}, "name"),
+        ("ListEndpoints", {"prefix": "p" * 2000}, "prefix"),
+    ],
+)
+def test_other_rpcs_oversized_or_control_character_strings_are_refused(
+    controller_url: str, method: str, body: dict, field: str
+) -> None:
+    response = _call(controller_url, method, body)
+
+    assert response.status_code == 400, response.text[:300]
+    assert response.json()["message"].startswith(field + " ")
+    assert len(response.text) < 400
+
+
+def test_controller_from_config_applies_its_limits_section(tmp_path: Path) -> None:
+    config_path = tmp_path / "cluster.yaml"
+    config_path.write_text(
+        f"name: limited\nplatform:\n  local: {{}}\nstorage:\n  bundle_prefix: file://{tmp_path}/bundles\n"
+        f"controller:\n  local:\n    state_dir: {tmp_path}/state\nlimits:\n  max_replicas: 3\n"
+    )
+    daemon = ControllerDaemon.from_config(load_and_validate(config_path), port=0)
+    daemon.start_in_thread()
+    try:
+        with IrisClient.remote(daemon.url) as client:
+            with pytest.raises(InvalidRequestError, match="replicas must be between 0 and 3, got 4"):
+                client.submit(Entrypoint.from_command("true"), name="wide", replicas=4, workspace=tmp_path / "state")
+    finally:
+        daemon.stop()
+
+
+def test_config_negative_limit_is_a_config_error(tmp_path: Path) -> None:
+    config_path = tmp_path / "cluster.yaml"
+    config_path.write_text("platform:\n  local: {}\nlimits:\n  max_bundle_entries: -5\n")
+
+    with pytest.raises(ConfigError, match="limits.max_bundle_entries must be 0 or more, got -5"):
+        load_and_validate(config_path)
+
+
+def test_controller_start_whose_store_write_fails_retries_and_serves(tmp_path: Path) -> None:
+    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", port=0)
+    chaos.enable(chaos.CONTROLLER_STORE_WRITE, 1.0, count=2)
+    try:
+        daemon.start_in_thread()
+        assert httpx.get(f"{daemon.url}/health", timeout=10).status_code == 200
+        assert chaos.injections() == {chaos.CONTROLLER_STORE_WRITE: 2}
+    finally:
+        chaos.reset()
+        daemon.stop()
+
+
+def test_rpc_whose_store_write_fails_answers_unavailable_so_clients_retry() -> None:
+    class Service:
+        _limits = DEFAULT_INPUT_LIMITS
+
+        @_rpc
+        async def launch_job(self, request, ctx):
+            raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(ConnectError) as raised:
+        asyncio.run(Service().launch_job(pb.LaunchJobRequest(), None))
+
+    assert raised.value.code == Code.UNAVAILABLE
+    assert "could not update its state: database is locked" in raised.value.message

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.store import ControllerStore, Effects
@@ -955,3 +956,50 @@ def test_autoscaler_restart_keeps_a_groups_backoff_and_blocked_zones(tmp_path, c
     assert after.backoff_until == before.backoff_until
     assert list(after.blocked_zones) == list(before.blocked_zones)
     assert after.blocked_zones
+
+
+# ---------------------------------------------------------------- chaos at the platform calls
+
+
+@pytest.fixture
+def platform_chaos():
+    # Deterministic: one thread, a fake clock, and each point's own seeded generator.
+    chaos.seed(1122)
+    for point in PLATFORM_POINTS:
+        chaos.enable(point, 0.3)
+    yield
+    chaos.reset()
+
+
+PLATFORM_POINTS = (chaos.PLATFORM_CREATE_SLICE, chaos.PLATFORM_DESCRIBE_SLICE, chaos.PLATFORM_TERMINATE_SLICE)
+
+
+def test_autoscaler_platform_calls_failing_30_percent_still_serve_demand_and_leak_nothing(
+    tmp_path, clock, platform_chaos
+):
+    env = make_env(tmp_path, clock, scale_group("cpu", max_slices=4))
+    for round_number in range(3):
+        jobs = [env.submit(f"{name}-{round_number}", cpu=8000) for name in ("a", "b", "c")]
+
+        def scheduled() -> set[str]:
+            env.register_ready_slices()
+            env.schedule()
+            return {t.job_id for j in jobs for t in env.store.list_tasks(j) if t.state == pb.TASK_STATE_ASSIGNED}
+
+        for _ in range(200):
+            env.evaluate(EVALUATION_MS)
+            if scheduled() == set(jobs):
+                break
+        assert scheduled() == set(jobs), env.autoscaler.status()
+
+        for job_id in jobs:
+            env.store.terminate_job(job_id, "done", clock())
+        for _ in range(200):
+            env.evaluate(EVALUATION_MS)
+            if not env.live_slice_ids() and not env.platform.live_slice_ids():
+                break
+        # Every slice the cloud made was ended, and the store agrees: nothing leaked, nothing forgotten.
+        assert env.platform.live_slice_ids() == [] and env.live_slice_ids() == []
+
+    fired = chaos.injections()
+    assert all(fired.get(point) for point in PLATFORM_POINTS), fired

@@ -6,11 +6,13 @@ rounds the core asks to start are collected instead of being sent by the asyncio
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 from controller_support import CONTROLLER, T0, WORKER_TIMEOUT_MS, FakeWorker, job_request
 
+from iris import chaos
 from iris.cluster.controller.core import ControllerCore
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore
@@ -208,3 +210,47 @@ def test_core_attempt_whose_start_answer_was_lost_is_never_sent_again(harness):
     assert [(r.task_id, r.attempt_id) for r in worker.received] == [("/train/0", 0), ("/train/0", 1)]
     task = harness.store.task_status("/train/0")
     assert (task.current_attempt_id, task.preemption_count) == (1, 0)
+
+
+@pytest.fixture
+def store_writes_fail():
+    """Makes the next store transaction fail, as a full disk or a locked database would."""
+    yield lambda: chaos.enable(chaos.CONTROLLER_STORE_WRITE, 1.0, count=1)
+    chaos.reset()
+
+
+def test_core_attempt_whose_answer_could_not_be_recorded_is_never_sent_again(harness, store_writes_fail):
+    worker = harness.worker("w1")
+    harness.core.create_job("/train", job_request("/train"))
+    harness.core.run_scheduling_pass()
+    heartbeat = harness.core.begin_round("w1")
+    worker.heartbeat(heartbeat.request)  # the worker starts attempt 0...
+    store_writes_fail()
+    with pytest.raises(sqlite3.OperationalError):
+        # ...but its answer cannot be recorded, as if the controller died before recording it.
+        harness.core.round_answered(heartbeat, pb.HeartbeatResponse(worker_id="w1"))
+    harness.core.rounds_ended("w1")
+    worker.restart()  # and the worker restarts, forgetting attempt 0
+
+    harness.round_trip(worker)
+    harness.core.run_scheduling_pass()
+    harness.round_trip(worker)
+
+    assert [(r.task_id, r.attempt_id) for r in worker.received] == [("/train/0", 0), ("/train/0", 1)]
+    assert harness.store.task_status("/train/0").current_attempt_id == 1
+
+
+def test_core_round_whose_dispatch_cannot_be_recorded_sends_nothing_and_keeps_its_kills(harness, store_writes_fail):
+    worker = harness.worker("w1")
+    job_id = harness.run_job(worker)
+    harness.core.terminate_job(job_id, "stop")
+    harness.core.create_job("/next", job_request("/next"))
+    harness.core.run_scheduling_pass()
+    store_writes_fail()
+
+    with pytest.raises(sqlite3.OperationalError):
+        harness.core.begin_round("w1")
+
+    assert harness.core.pending_kills("w1") == {("/train/0", 0)}
+    retry = harness.core.begin_round("w1")
+    assert [(r.task_id, r.attempt_id) for r in retry.request.tasks_to_run] == [("/next/0", 0)]

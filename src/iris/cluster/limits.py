@@ -9,9 +9,15 @@ replica, say) is ever started. Errors quote offending values through `quote_pref
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from iris.bundle_format import (
+    DEFAULT_MAX_BUNDLE_BYTES,
+    DEFAULT_MAX_BUNDLE_ENTRIES,
+    DEFAULT_MAX_UNPACKED_BYTES,
+)
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc import config_pb2
 
 # An error quotes at most this many characters of a value the user sent.
 QUOTE_PREFIX_CHARS = 40
@@ -37,7 +43,8 @@ def quote_prefix(value: str | bytes, limit: int = QUOTE_PREFIX_CHARS) -> str:
 
 @dataclass(frozen=True)
 class InputLimits:
-    """What one LaunchJob may ask for. Raise a limit for a cluster that needs more."""
+    """What one request may hold. Raise a limit for a cluster that needs more: the cluster config's
+    `limits:` section names these fields (docs/limits.md)."""
 
     max_replicas: int = 10_000
     max_name_chars: int = 1024
@@ -55,6 +62,11 @@ class InputLimits:
     max_timeout_ms: int = 365 * 24 * 3600 * 1000  # a year
     min_priority: int = -1_000_000
     max_priority: int = 1_000_000
+    max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES  # a bundle as uploaded (compressed)
+    max_bundle_entries: int = DEFAULT_MAX_BUNDLE_ENTRIES
+    max_bundle_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES
+    max_id_chars: int = 4096  # a job, task, endpoint, slice or worker id named in a request
+    max_filter_chars: int = 1024  # ListJobs and ListEndpoints name filters
 
 
 DEFAULT_INPUT_LIMITS = InputLimits()
@@ -155,3 +167,67 @@ def check_worker_id(worker_id: str) -> None:
             f"invalid worker_id {quote_prefix(worker_id)}: use at most {MAX_WORKER_ID_CHARS} letters, digits "
             "and the characters . _ : @ -"
         )
+
+
+def limits_from_config(config: config_pb2.LimitsConfig) -> InputLimits:
+    """The limits a cluster config asks for; a field it leaves unset keeps its default."""
+    given = {field.name: getattr(config, field.name) for field in fields(InputLimits) if config.HasField(field.name)}
+    limits = InputLimits(**given)
+    for name, value in given.items():
+        if value < 0 and name != "min_priority":
+            raise ValueError(f"limits.{name} must be 0 or more, got {value}")
+    if limits.min_priority > limits.max_priority:
+        raise ValueError(f"limits.min_priority ({limits.min_priority}) is above limits.max_priority ({limits.max_priority})")
+    return limits
+
+
+# Which limit each user-supplied string of the other requests is held to.
+_ID, _NAME, _FILTER, _KEY, _TEXT = "id", "name", "filter", "key", "text"
+REQUEST_STRING_LIMITS: dict[type, dict[str, str]] = {
+    pb.GetJobStatusRequest: {"job_id": _ID},
+    pb.GetJobSpecRequest: {"job_id": _ID},
+    pb.TerminateJobRequest: {"job_id": _ID, "reason": _TEXT},
+    pb.DeleteJobRequest: {"job_id": _ID},
+    pb.ListTasksRequest: {"job_id": _ID},
+    pb.GetTaskStatusRequest: {"task_id": _ID},
+    pb.GetTaskLogsRequest: {"id": _ID},
+    pb.ListJobsRequest: {"name_prefix": _FILTER, "name_contains": _FILTER, "parent_job_id": _ID},
+    pb.RegisterEndpointRequest: {"name": _NAME, "address": _NAME, "job_id": _ID},
+    pb.UnregisterEndpointRequest: {"endpoint_id": _ID},
+    pb.ListEndpointsRequest: {"prefix": _FILTER},
+    pb.RegisterRequest: {"address": _NAME},
+    pb.NotifyWorkerEventRequest: {"worker_id": _ID},
+    pb.GetWorkerLogsRequest: {"worker_id": _ID},
+    pb.GetTimeSeriesRequest: {"task_id": _ID},
+    pb.ListSlicesRequest: {"scale_group": _KEY},
+    pb.CreateSliceRequest: {"scale_group": _KEY},
+    pb.GetSliceRequest: {"slice_id": _ID},
+    pb.TerminateSliceRequest: {"slice_id": _ID},
+}
+
+
+def _limit_for(kind: str, limits: InputLimits) -> int:
+    return {
+        _ID: limits.max_id_chars,
+        _NAME: limits.max_name_chars,
+        _FILTER: limits.max_filter_chars,
+        _KEY: limits.max_key_chars,
+        _TEXT: limits.max_string_chars,
+    }[kind]
+
+
+def check_request_limits(request: object, limits: InputLimits = DEFAULT_INPUT_LIMITS) -> None:
+    """Raise ValueError naming the first string of a request that is too long, or an id holding a
+    control character. LaunchJob has `check_launch_limits`, a worker id `check_worker_id`."""
+    for field_name, kind in REQUEST_STRING_LIMITS.get(type(request), {}).items():
+        value = getattr(request, field_name)
+        _check_chars(field_name, value, _limit_for(kind, limits))
+        if kind == _ID and any(ord(char) < 32 or ord(char) == 127 for char in value):
+            raise ValueError(f"{field_name} {quote_prefix(value)} holds a control character; ids never do")
+    if isinstance(request, pb.ListJobsRequest):
+        _check_count("states", len(request.states), limits.max_list_items)
+    if isinstance(request, pb.RegisterEndpointRequest):
+        _check_count("endpoint metadata", len(request.metadata), limits.max_list_items)
+        for key, value in request.metadata.items():
+            _check_chars("endpoint metadata key", key, limits.max_key_chars)
+            _check_chars("endpoint metadata value", value, limits.max_string_chars)

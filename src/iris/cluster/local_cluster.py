@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.limits import limits_from_config
 from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker
 from iris.config import apply_defaults
 from iris.rpc import cluster_pb2 as pb
@@ -78,6 +79,7 @@ class LocalCluster:
             worker_timeout_s=timeouts.worker_timeout.milliseconds / 1000,
             cluster_config=self.config if self.config.scale_groups else None,
             config_path=self._config_path,
+            input_limits=limits_from_config(self.config.limits),
         )
         self.daemon.start_in_thread()
         say(f"controller listening on {self.daemon.url}")

@@ -364,8 +364,54 @@ class ScaleGroupConfig(_message.Message):
     resources: ScaleGroupResources
     def __init__(self, name: _Optional[str] = ..., min_slices: _Optional[int] = ..., max_slices: _Optional[int] = ..., priority: _Optional[int] = ..., zones: _Optional[_Iterable[str]] = ..., slice_template: _Optional[_Union[SliceConfig, _Mapping]] = ..., resources: _Optional[_Union[ScaleGroupResources, _Mapping]] = ...) -> None: ...
 
+class LimitsConfig(_message.Message):
+    __slots__ = ("max_replicas", "max_name_chars", "max_argv_items", "max_string_chars", "max_strings_total_chars", "max_env_vars", "max_list_items", "max_key_chars", "max_callable_bytes", "max_cpu_millicores", "max_memory_bytes", "max_disk_bytes", "max_retries", "max_timeout_ms", "min_priority", "max_priority", "max_bundle_bytes", "max_bundle_entries", "max_bundle_unpacked_bytes", "max_id_chars", "max_filter_chars")
+    MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_NAME_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ARGV_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STRING_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STRINGS_TOTAL_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENV_VARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIST_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_KEY_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CALLABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CPU_MILLICORES_FIELD_NUMBER: _ClassVar[int]
+    MAX_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUNDLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUNDLE_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUNDLE_UNPACKED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ID_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_FILTER_CHARS_FIELD_NUMBER: _ClassVar[int]
+    max_replicas: int
+    max_name_chars: int
+    max_argv_items: int
+    max_string_chars: int
+    max_strings_total_chars: int
+    max_env_vars: int
+    max_list_items: int
+    max_key_chars: int
+    max_callable_bytes: int
+    max_cpu_millicores: int
+    max_memory_bytes: int
+    max_disk_bytes: int
+    max_retries: int
+    max_timeout_ms: int
+    min_priority: int
+    max_priority: int
+    max_bundle_bytes: int
+    max_bundle_entries: int
+    max_bundle_unpacked_bytes: int
+    max_id_chars: int
+    max_filter_chars: int
+    def __init__(self, max_replicas: _Optional[int] = ..., max_name_chars: _Optional[int] = ..., max_argv_items: _Optional[int] = ..., max_string_chars: _Optional[int] = ..., max_strings_total_chars: _Optional[int] = ..., max_env_vars: _Optional[int] = ..., max_list_items: _Optional[int] = ..., max_key_chars: _Optional[int] = ..., max_callable_bytes: _Optional[int] = ..., max_cpu_millicores: _Optional[int] = ..., max_memory_bytes: _Optional[int] = ..., max_disk_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., max_timeout_ms: _Optional[int] = ..., min_priority: _Optional[int] = ..., max_priority: _Optional[int] = ..., max_bundle_bytes: _Optional[int] = ..., max_bundle_entries: _Optional[int] = ..., max_bundle_unpacked_bytes: _Optional[int] = ..., max_id_chars: _Optional[int] = ..., max_filter_chars: _Optional[int] = ...) -> None: ...
+
 class IrisClusterConfig(_message.Message):
-    __slots__ = ("name", "platform", "defaults", "storage", "controller", "scale_groups")
+    __slots__ = ("name", "platform", "defaults", "storage", "controller", "scale_groups", "limits")
     class ScaleGroupsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -379,10 +425,12 @@ class IrisClusterConfig(_message.Message):
     STORAGE_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
     SCALE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     name: str
     platform: PlatformConfig
     defaults: DefaultsConfig
     storage: StorageConfig
     controller: ControllerVmConfig
     scale_groups: _containers.MessageMap[str, ScaleGroupConfig]
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[_Union[PlatformConfig, _Mapping]] = ..., defaults: _Optional[_Union[DefaultsConfig, _Mapping]] = ..., storage: _Optional[_Union[StorageConfig, _Mapping]] = ..., controller: _Optional[_Union[ControllerVmConfig, _Mapping]] = ..., scale_groups: _Optional[_Mapping[str, ScaleGroupConfig]] = ...) -> None: ...
+    limits: LimitsConfig
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[_Union[PlatformConfig, _Mapping]] = ..., defaults: _Optional[_Union[DefaultsConfig, _Mapping]] = ..., storage: _Optional[_Union[StorageConfig, _Mapping]] = ..., controller: _Optional[_Union[ControllerVmConfig, _Mapping]] = ..., scale_groups: _Optional[_Mapping[str, ScaleGroupConfig]] = ..., limits: _Optional[_Union[LimitsConfig, _Mapping]] = ...) -> None: ...

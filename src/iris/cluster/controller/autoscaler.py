@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from iris import chaos
 from iris.cluster.controller import render
 from iris.cluster.controller.scaling_group import ScalingGroup
 from iris.cluster.controller.scheduling_types import TaskDemand
@@ -465,6 +466,7 @@ class Autoscaler:
                 self._terminate(slice_id, row["error"] or "finishing an interrupted termination", action="terminate")
                 continue
             try:
+                chaos.maybe_fail(chaos.PLATFORM_DESCRIBE_SLICE, PlatformError)
                 status = entry.handle.describe()
             except ResourceNotFoundError:
                 self._vanished(slice_id, entry.group, row["state"], now)
@@ -547,6 +549,7 @@ class Autoscaler:
                 group.config.slice_template, group.name, self._labels.prefix, zone, group.provider
             )
             try:
+                chaos.maybe_fail(chaos.PLATFORM_CREATE_SLICE, PlatformError)
                 handle = self._platform.create_slice(config, self._bootstrap_config())
             except QuotaExhaustedError as exc:
                 group.block_zone(zone, now, self.settings.quota_backoff_ms, str(exc))
@@ -579,6 +582,7 @@ class Autoscaler:
         self._record(row["scale_group"], action, slice_id, row["zone"], reason)
         if entry is not None:
             try:
+                chaos.maybe_fail(chaos.PLATFORM_TERMINATE_SLICE, PlatformError)
                 entry.handle.terminate()
             except ResourceNotFoundError:
                 pass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from iris import storage
+from iris import chaos, storage
 from iris.bundle_format import validate_digest
 
 
@@ -32,6 +32,7 @@ class BundleStore:
                 f"bundle digest mismatch: the client declared {sha256} but the {len(blob)} bytes received "
                 f"hash to {actual}; the upload was corrupted or the client computed the digest wrongly"
             )
+        chaos.maybe_fail(chaos.CONTROLLER_BUNDLE_UPLOAD, storage.StorageError)
         if not storage.exists(uri, what="bundle"):
             storage.write_bytes_atomic(uri, blob, what="bundle")
         return uri

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+import time
 
 import pyqwest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
@@ -28,12 +32,14 @@ from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
-from iris.time import now_ms
+from iris.time import ExponentialBackoff, now_ms
 
 logger = logging.getLogger(__name__)
 
 # How long the scheduler lets further submits gather after a wake-up before it runs.
 SCHEDULING_COALESCE_S = 0.002
+# How long a starting controller retries a store it cannot write before giving up.
+STARTUP_STORE_RETRY_S = 30.0
 
 
 class Controller:
@@ -62,10 +68,26 @@ class Controller:
         self._schedule_event = asyncio.Event()
         for task in (self._scheduler_loop(), self._tick_loop()):
             self._spawn(task)
-        self.core.resume()
+        await self._resume()
         if self.autoscaler is not None:
             self.autoscaler.start()
         await self.sample_cluster()
+
+    async def _resume(self) -> None:
+        """`core.resume()`, retried while the store cannot be written: a database briefly locked
+        or a full disk being cleaned must not stop the controller from coming up."""
+        backoff = ExponentialBackoff(initial=0.05, maximum=2.0)
+        deadline = time.monotonic() + STARTUP_STORE_RETRY_S
+        while True:
+            try:
+                self.core.resume()
+                return
+            except sqlite3.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                delay = backoff.next_delay()
+                logger.warning("cannot record the controller's start in its store: %s; retrying in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -220,10 +242,14 @@ class Controller:
         if heartbeat is None:
             return None
         try:
-            chaos.maybe_fail("controller.heartbeat")
+            if heartbeat.request.tasks_to_run:
+                chaos.maybe_fail(chaos.CONTROLLER_DISPATCH, _unreachable)
+            chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT, _unreachable)
             response = await self._client_for(heartbeat.address).heartbeat(
                 heartbeat.request, timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000)
             )
+            # The worker acted on the request; only its answer is lost.
+            chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT_ANSWER, _timed_out)
         except Exception as exc:
             logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
             self.core.round_failed(heartbeat, _describe_error(exc))
@@ -231,6 +257,14 @@ class Controller:
         outcome = self.core.round_answered(heartbeat, response)
         self.samples.record_usage(now_ms(), response)
         return outcome
+
+
+def _unreachable(message: str) -> ConnectError:
+    return ConnectError(Code.UNAVAILABLE, message)
+
+
+def _timed_out(message: str) -> ConnectError:
+    return ConnectError(Code.DEADLINE_EXCEEDED, message)
 
 
 def _describe_error(exc: BaseException) -> str:

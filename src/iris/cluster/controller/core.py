@@ -95,6 +95,9 @@ class ControllerCore:
         plan = self.store.plan_heartbeat(worker_id, self.settings.advertised_address)
         if plan is None:
             return None
+        # Durable before sending: should the answer never be recorded (a crash, a failed write),
+        # the attempts are expected of the worker from now on, never started a second time.
+        self.store.record_sent(plan)
         kills = frozenset(self._kill_sets.pop(worker_id, ()))
         request = pb.HeartbeatRequest(
             worker_id=worker_id,

@@ -15,7 +15,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES
 from iris.chaos import load_from_env
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
@@ -25,7 +24,7 @@ from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
-from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits, limits_from_config
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name
@@ -43,7 +42,7 @@ from iris.rpc.cluster_connect import ControllerServiceASGIApplication
 logger = logging.getLogger("iris.controller")
 
 # Room for the rest of a LaunchJob request around the largest bundle.
-MAX_REQUEST_BYTES = DEFAULT_MAX_BUNDLE_BYTES + 4 * 1024 * 1024
+REQUEST_OVERHEAD_BYTES = 4 * 1024 * 1024
 
 
 class ControllerDaemon:
@@ -90,7 +89,8 @@ class ControllerDaemon:
                 self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform, input_limits), read_max_bytes=MAX_REQUEST_BYTES
+            ControllerServiceImpl(self.controller, self.platform, input_limits),
+            read_max_bytes=input_limits.max_bundle_bytes + REQUEST_OVERHEAD_BYTES,
         )
         app = build_app(
             [service],
@@ -127,6 +127,7 @@ class ControllerDaemon:
             cluster_config=config,
             config_path=config_path,
             advertise_host=advertise_host,
+            input_limits=limits_from_config(config.limits),
         )
 
     async def _health(self, request: Request) -> JSONResponse:
@@ -182,8 +183,8 @@ def serve(
 ) -> None:
     """Serve the controller until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_from_env()
     try:
+        load_from_env("controller")
         config = load_and_validate(config_path)
         daemon = ControllerDaemon.from_config(
             config,

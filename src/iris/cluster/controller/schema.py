@@ -196,6 +196,9 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     ALTER TABLE jobs ADD COLUMN request_id TEXT;
     CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;
     """,
+    # 9: whether an attempt went out in a heartbeat, recorded before the heartbeat is sent, so
+    # that neither a controller crash nor a failed write of the answer can send its id twice
+    "ALTER TABLE attempts ADD COLUMN sent INTEGER NOT NULL DEFAULT 0",
 ]
 
 

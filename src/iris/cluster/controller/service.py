@@ -10,12 +10,14 @@ import asyncio
 import functools
 import logging
 import secrets
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from iris.bundle_format import check_bundle_blob
 from iris.cluster.controller import render
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller
@@ -27,6 +29,7 @@ from iris.cluster.limits import (
     DEFAULT_INPUT_LIMITS,
     InputLimits,
     check_launch_limits,
+    check_request_limits,
     check_worker_id,
     parse_page_token,
 )
@@ -50,6 +53,8 @@ def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     @functools.wraps(handler)
     async def wrapper(self, request, ctx):
         try:
+            # Sizes first, so that no error below echoes, and no lookup works on, an oversized string.
+            check_request_limits(request, self._limits)
             return await handler(self, request, ctx)
         except ConnectError:
             raise
@@ -59,6 +64,9 @@ def _rpc(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise ConnectError(Code.ALREADY_EXISTS, str(exc)) from None
         except StorageError as exc:
             raise ConnectError(Code.UNAVAILABLE, str(exc)) from None
+        except sqlite3.OperationalError as exc:
+            # The state database was busy or could not be written: the same call may well succeed again.
+            raise ConnectError(Code.UNAVAILABLE, f"the controller could not update its state: {exc}") from None
         except ResourceNotFoundError as exc:
             raise ConnectError(Code.NOT_FOUND, str(exc)) from None
         except PlatformError as exc:
@@ -82,14 +90,12 @@ class ControllerServiceImpl:
     def __init__(
         self,
         controller: Controller,
-        max_bundle_bytes: int,
         platform: Platform | None = None,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
     ):
         self._controller = controller
         self._limits = limits
         self._store = controller.store
-        self._max_bundle_bytes = max_bundle_bytes
         self._platform = platform
 
     def _autoscaler(self) -> Autoscaler:
@@ -104,7 +110,13 @@ class ControllerServiceImpl:
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
         # Limits first: no later check may echo, or work in proportion to, an oversized field.
         check_launch_limits(request, self._limits)
-        validate_launch_request(request, self._max_bundle_bytes)
+        validate_launch_request(request, self._limits.max_bundle_bytes)
+        if request.bundle_blob:
+            # Refused here, before it is stored, rather than on every worker that would unpack it.
+            limits = self._limits
+            await asyncio.to_thread(
+                check_bundle_blob, request.bundle_blob, limits.max_bundle_entries, limits.max_bundle_unpacked_bytes
+            )
         job_id = await self._controller.launch_job(request)
         return pb.LaunchJobResponse(job_id=job_id)
 

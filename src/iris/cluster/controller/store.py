@@ -380,19 +380,29 @@ class ControllerStore(StoreReads):
             ).fetchall()
             to_run, expected = [], []
             for a in attempts:
-                if a["state"] in ACTIVE_ATTEMPT_STATES and not a["delivered"]:
+                if a["state"] in ACTIVE_ATTEMPT_STATES and not a["sent"]:
                     request = self.request_for(a["job_id"])
                     hosts = self._gang_hosts(a["job_id"]) if request.resources.device.HasField("tpu") else []
                     to_run.append(
                         run_request(request, a, worker_id, controller_address, hosts, worker_metadata(worker))
                     )
-                if a["state"] in ACTIVE_ATTEMPT_STATES or a["delivered"]:
+                if a["state"] in ACTIVE_ATTEMPT_STATES or a["delivered"] or a["sent"]:
                     expected.append(
                         pb.ExpectedTask(
                             task_id=a["task_id"], attempt_id=a["attempt_id"], log_offset=a["log_offset"]
                         )
                     )
         return HeartbeatPlan(worker_id, worker["address"], to_run, expected)
+
+    def record_sent(self, plan: HeartbeatPlan) -> None:
+        """Before the heartbeat goes out: its attempts are sent, and no later plan sends them again."""
+        if not plan.to_run:
+            return
+        with self._write("dispatch", plan.worker_id) as db:
+            db.executemany(
+                "UPDATE attempts SET sent=1 WHERE task_id=? AND attempt_id=?",
+                [(run.task_id, run.attempt_id) for run in plan.to_run],
+            )
 
     def _gang_hosts(self, job_id: str) -> list[str]:
         # Gang members are placed in one transaction, so every task's worker is the current one;

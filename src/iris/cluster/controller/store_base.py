@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris import chaos
 from iris.cluster.controller import reconcile, render
 from iris.cluster.controller.reconcile import (
     AttemptChange,
@@ -148,6 +149,8 @@ class StoreBase:
             self._conn.execute("BEGIN IMMEDIATE")
             self._event, self._event_id = (event, subject), None
             try:
+                if event != "migrate":  # a store that cannot migrate stops the daemon: no recovery to test
+                    chaos.maybe_fail(chaos.CONTROLLER_STORE_WRITE, sqlite3.OperationalError)
                 yield self._conn
             except BaseException:
                 self._conn.execute("ROLLBACK")

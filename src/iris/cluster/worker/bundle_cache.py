@@ -15,6 +15,7 @@ from pathlib import Path
 
 from iris import chaos, storage
 from iris.bundle_format import extract_bundle, validate_digest
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +44,12 @@ class BundleCache:
     that a `checkout` or `extract_to` is using.
     """
 
-    def __init__(self, cache_dir: Path, max_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
+    def __init__(
+        self, cache_dir: Path, max_bytes: int = DEFAULT_CACHE_MAX_BYTES, limits: InputLimits = DEFAULT_INPUT_LIMITS
+    ) -> None:
         self.cache_dir = Path(cache_dir)
         self.max_bytes = max_bytes
+        self.limits = limits
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.cache_dir.glob(f"*{_PARTIAL_SUFFIX}"):
             leftover.unlink(missing_ok=True)  # a download interrupted by a crash
@@ -79,7 +83,7 @@ class BundleCache:
     def extract_to(self, uri: str, sha256: str, dest: Path) -> int:
         """Unpack the bundle into `dest` (fetching it if needed); returns the number of files."""
         with self.checkout(uri, sha256) as path:
-            return extract_bundle(path, dest)
+            return extract_bundle(path, dest, self.limits.max_bundle_entries, self.limits.max_bundle_unpacked_bytes)
 
     def total_bytes(self) -> int:
         return sum(size for _, _, size, _ in self._entries())
@@ -116,7 +120,7 @@ class BundleCache:
         return path
 
     def _download(self, uri: str, sha256: str, path: Path) -> None:
-        chaos.maybe_fail("worker.bundle_download")
+        chaos.maybe_fail(chaos.WORKER_BUNDLE_DOWNLOAD, storage.StorageError)
         started = time.monotonic()
         data = storage.read_bytes(uri, what="bundle")
         actual = hashlib.sha256(data).hexdigest()

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from iris.chaos import load_from_env
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, limits_from_config
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
@@ -130,8 +131,8 @@ def serve(
 ) -> None:
     """Register with the controller and run the tasks it sends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_from_env()
     bootstrap = None
+    input_limits = DEFAULT_INPUT_LIMITS
     kill_grace_s, heartbeat_s = DEFAULT_KILL_GRACE_PERIOD.seconds, DEFAULT_HEARTBEAT_INTERVAL.seconds
     if config_path:
         try:
@@ -139,6 +140,7 @@ def serve(
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
         bootstrap = config.defaults.bootstrap
+        input_limits = limits_from_config(config.limits)
         kill_grace_s = config.defaults.timeouts.kill_grace_period.milliseconds / 1000
         heartbeat_s = config.defaults.timeouts.heartbeat_interval.milliseconds / 1000
     controller_address = controller_address or (bootstrap.controller_address if bootstrap else "")
@@ -183,7 +185,12 @@ def serve(
         kill_grace_s=kill_grace_s,
         task_image=task_image or (bootstrap.task_image if bootstrap else ""),
         reregister_after_s=max(3 * heartbeat_s, 15.0),
+        input_limits=input_limits,
     )
+    try:
+        load_from_env(settings.worker_id)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     worker = Worker(settings, container_runtime)
 
     async def health(request: Request) -> JSONResponse:

@@ -20,6 +20,7 @@ from iris.cluster import task_env
 from iris.cluster.runtime.types import (
     BuildFailedError,
     ContainerConfig,
+    ContainerError,
     ContainerHandle,
     ContainerPhase,
     ContainerRuntime,
@@ -29,6 +30,7 @@ from iris.cluster.runtime.types import (
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
+from iris.storage import StorageError, StorageNotFoundError
 from iris.time import now_ms
 
 logger = logging.getLogger(__name__)
@@ -39,7 +41,9 @@ RESULT_FILE = ".iris-result.pkl"
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 LOG_POLL_INTERVAL_S = 0.05
 
-TERMINAL = frozenset({pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED})
+TERMINAL = frozenset(
+    {pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED, pb.TASK_STATE_WORKER_FAILED}
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,14 @@ class AttemptContext:
     kill_grace_s: float
     task_image: str
     on_change: Callable[[], None]
+
+
+class _WorkerFault(Exception):
+    """Preparing the attempt failed for a reason of the worker's (storage, the container engine)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class TaskAttempt:
@@ -84,7 +96,15 @@ class TaskAttempt:
         self._kill_requested.set()
         handle = self._handle
         if handle is not None:
-            threading.Thread(target=handle.kill, args=(self._ctx.kill_grace_s,), daemon=True).start()
+            threading.Thread(target=self._kill_container, args=(handle,), daemon=True).start()
+
+    def _kill_container(self, handle: ContainerHandle) -> None:
+        try:
+            chaos.maybe_fail(chaos.CONTAINER_KILL, ContainerError)
+            handle.kill(self._ctx.kill_grace_s)
+        except ContainerError as exc:
+            # The attempt keeps reporting itself running, so the controller asks for the kill again.
+            logger.warning("killing %s attempt %d failed: %s", *self.key, exc)
 
     @property
     def finished(self) -> bool:
@@ -157,6 +177,14 @@ class TaskAttempt:
             self._prepare_and_run()
         except BuildFailedError as exc:
             self._set_state(pb.TASK_STATE_FAILED, f"setup failed: {exc}", exit_code=1)
+        except _WorkerFault as fault:
+            # The worker, not the task, failed: this spends the preemption budget, not the failure budget.
+            logger.warning("attempt %s could not be prepared: %s", self.key, fault.cause)
+            self._set_state(
+                pb.TASK_STATE_WORKER_FAILED,
+                f"the worker could not prepare the task: {type(fault.cause).__name__}: {fault.cause}",
+                exit_code=1,
+            )
         except Exception as exc:
             logger.exception("attempt %s failed", self.key)
             self._set_state(pb.TASK_STATE_FAILED, f"{type(exc).__name__}: {exc}", exit_code=1)
@@ -176,11 +204,20 @@ class TaskAttempt:
         self._set_state(pb.TASK_STATE_BUILDING)
         self.workdir.mkdir(parents=True, exist_ok=True)
         if request.bundle_uri and not self._ctx.runtime.fetches_bundle:
-            self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
+            try:
+                self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
+            except StorageNotFoundError:
+                raise  # the bundle is gone for good: another attempt would not find it either
+            except StorageError as exc:
+                raise _WorkerFault(exc) from exc
         if self._kill_requested.is_set():
             return
-        chaos.maybe_fail("worker.container_create")
-        handle = self._ctx.runtime.create_container(self._container_config())
+        config = self._container_config()
+        try:
+            chaos.maybe_fail(chaos.CONTAINER_CREATE, ContainerError)
+            handle = self._ctx.runtime.create_container(config)
+        except ContainerError as exc:
+            raise _WorkerFault(exc) from exc
         self._handle = handle
         if self._kill_requested.is_set():
             return
@@ -188,6 +225,7 @@ class TaskAttempt:
         self._pull_logs(handle)
         if self._kill_requested.is_set():
             return
+        chaos.maybe_fail(chaos.CONTAINER_START, ContainerError)
         handle.run()
         self._set_state(pb.TASK_STATE_RUNNING)
         while True:

@@ -16,6 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from iris import chaos
+from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
@@ -46,6 +51,8 @@ class WorkerSettings:
     # Re-register when no heartbeat arrived for this long.
     reregister_after_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The cluster's limits; a worker unpacks only the bundles its controller accepts.
+    input_limits: InputLimits = DEFAULT_INPUT_LIMITS
 
 
 class Worker:
@@ -56,7 +63,7 @@ class Worker:
         self._attempts: dict[tuple[str, int], TaskAttempt] = {}
         self._finished_at: dict[tuple[str, int], float] = {}
         self._ports = PortAllocator()
-        self._bundles = BundleCache(settings.cache_dir / "bundles")
+        self._bundles = BundleCache(settings.cache_dir / "bundles", limits=settings.input_limits)
         self._ctx = AttemptContext(
             runtime=runtime,
             bundles=self._bundles,
@@ -105,6 +112,7 @@ class Worker:
     # ------------------------------------------------------------ talking to the controller
 
     def _register_once(self) -> None:
+        chaos.maybe_fail(chaos.WORKER_REGISTER, _unreachable)
         self._controller.register(
             pb.RegisterRequest(
                 worker_id=self.settings.worker_id, address=self.settings.address, metadata=self.settings.metadata
@@ -213,4 +221,8 @@ class Worker:
 
     def seconds_since_heartbeat(self) -> float:
         return time.monotonic() - self._last_heartbeat
+
+
+def _unreachable(message: str) -> ConnectError:
+    return ConnectError(Code.UNAVAILABLE, message)
 
