@@ -254,6 +254,20 @@ class ControllerStore(StoreReads):
                 )
         return demands, workers
 
+    def idle_capacities(self) -> list[WorkerCapacity]:
+        """Every healthy worker as if it ran nothing: what the cluster could hold at best."""
+        with self._read() as db:
+            capacities = []
+            for w in db.execute(
+                f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+                f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
+            ):
+                total, attributes, device = self._worker_offer(w)
+                capacities.append(
+                    WorkerCapacity(w["worker_id"], total, total, attributes, device, device.count if device else 0)
+                )
+        return capacities
+
     def _worker_offer(self, row: sqlite3.Row) -> tuple[Resources, dict[str, AttributeValue], Device | None]:
         """A worker's capacity, attributes and device, parsed once per registration: every
         scheduling pass needs them for every worker."""
