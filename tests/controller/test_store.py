@@ -881,6 +881,50 @@ def test_store_read_logs_of_retried_task_keeps_every_attempt(cluster):
     assert finished is False
 
 
+def _job_with_lines(cluster, *lines: str) -> str:
+    worker = cluster.worker("w1")
+    job_id = cluster.submit("train")
+    cluster.schedule()
+    cluster.heartbeat(worker)
+    worker.log("/train/0", 0, *lines)
+    cluster.heartbeat(worker)
+    return job_id
+
+
+def test_store_read_logs_tail_returns_only_last_lines_and_a_cursor_to_follow_from(cluster):
+    job_id = _job_with_lines(cluster, *(f"step {i}" for i in range(10)))
+
+    lines, cursor, _ = cluster.store.read_logs(job_id, 0, 100, tail_lines=3)
+
+    assert log_data(lines) == ["step 7", "step 8", "step 9"]
+    assert cursor == lines[-1].cursor
+    assert cluster.store.read_logs(job_id, 0, 100, tail_lines=0)[:2] == ([], cursor)
+    assert log_data(cluster.store.read_logs(job_id, 0, 100, tail_lines=50)[0]) == [f"step {i}" for i in range(10)]
+
+
+def test_store_read_logs_tail_larger_than_a_page_starts_at_the_tail_and_pages_on(cluster):
+    job_id = _job_with_lines(cluster, *(f"step {i}" for i in range(10)))
+
+    first, cursor, finished = cluster.store.read_logs(job_id, 0, 2, tail_lines=5)
+    rest, _, _ = cluster.store.read_logs(job_id, cursor, 100)
+
+    assert log_data(first) == ["step 5", "step 6"] and finished is False
+    assert log_data(rest) == ["step 7", "step 8", "step 9"]
+
+
+def test_store_read_logs_since_skips_older_lines_and_nothing_recent_starts_after_the_end(cluster):
+    job_id = _job_with_lines(cluster, *(f"step {i}" for i in range(6)))
+    all_lines, end, _ = cluster.store.read_logs(job_id, 0, 100)
+
+    recent, _, _ = cluster.store.read_logs(job_id, 0, 100, since_ms=all_lines[4].line.timestamp_ms)
+    none, cursor, _ = cluster.store.read_logs(job_id, 0, 100, since_ms=all_lines[-1].line.timestamp_ms + 1)
+    both, _, _ = cluster.store.read_logs(job_id, 0, 100, tail_lines=4, since_ms=all_lines[3].line.timestamp_ms)
+
+    assert log_data(recent) == ["step 4", "step 5"]
+    assert (none, cursor) == ([], end)
+    assert log_data(both) == ["step 3", "step 4", "step 5"]
+
+
 def test_store_read_logs_unknown_id_raises_not_found(cluster):
     with pytest.raises(NotFoundError, match="no job or task named /nope"):
         cluster.store.read_logs("/nope", 0, 10)
