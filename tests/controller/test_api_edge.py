@@ -15,6 +15,7 @@ import pytest
 
 from iris.client import IrisClient
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.limits import InputLimits
 from iris.cluster.types import Entrypoint
 
@@ -24,7 +25,14 @@ SERVICE = "iris.cluster.ControllerService"
 @pytest.fixture(scope="module")
 def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("api-edge")
-    daemon = ControllerDaemon(state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0)
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=root / "state",
+            bundle_prefix=f"file://{root}/bundles",
+            host="127.0.0.1",
+            port=0,
+        )
+    )
     daemon.start_in_thread()
     try:
         yield daemon.url
@@ -97,9 +105,13 @@ def test_launch_job_max_int32_replicas_is_refused_at_once(controller_url: str) -
 
 def test_launch_job_of_100000_tasks_keeps_health_answering(tmp_path: Path) -> None:
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "state",
-        bundle_prefix=f"file://{tmp_path}/bundles",
-        input_limits=InputLimits(max_replicas=100_000),
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host="127.0.0.1",
+            port=0,
+            input_limits=InputLimits(max_replicas=100_000),
+        )
     )
     daemon.start_in_thread()
     try:
