@@ -19,6 +19,10 @@ REREGISTER_AFTER_HEARTBEATS = 3
 MIN_REREGISTER_AFTER_S = 15.0
 
 
+def reregister_delay_s(heartbeat_interval_s: float) -> float:
+    return max(REREGISTER_AFTER_HEARTBEATS * heartbeat_interval_s, MIN_REREGISTER_AFTER_S)
+
+
 def normalize_address(address: str) -> str:
     address = address.strip().rstrip("/")
     return address if "://" in address else f"http://{address}"
@@ -57,7 +61,6 @@ class WorkerDaemonSettings:
         address = controller_address or bootstrap.controller_address
         if not address:
             raise ValueError("give --controller-address or a config whose bootstrap sets controller_address")
-        heartbeat_s = timeouts.heartbeat_interval.milliseconds / 1000
         return cls(
             controller_address=normalize_address(address),
             host=host,
@@ -66,5 +69,5 @@ class WorkerDaemonSettings:
             cache_dir=Path(cache_dir or bootstrap.cache_dir).expanduser(),
             kill_grace_s=timeouts.kill_grace_period.milliseconds / 1000 if kill_grace_s is None else kill_grace_s,
             task_image=task_image or bootstrap.task_image,
-            reregister_after_s=max(REREGISTER_AFTER_HEARTBEATS * heartbeat_s, MIN_REREGISTER_AFTER_S),
+            reregister_after_s=reregister_delay_s(timeouts.heartbeat_interval.milliseconds / 1000),
         )
