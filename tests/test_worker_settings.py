@@ -18,7 +18,11 @@ def test_worker_settings_without_config_take_a_local_clusters_defaults():
     local.platform.local.SetInParent()
     expected_cache = Path(apply_defaults(local).defaults.bootstrap.cache_dir)
     assert settings.controller_address == "http://10.0.0.2:10000"
-    assert (settings.port, settings.runtime, settings.cache_dir) == (DEFAULT_WORKER_PORT, "process", expected_cache)
+    assert (settings.port, settings.runtime, settings.cache_dir) == (
+        DEFAULT_WORKER_PORT,
+        "process",
+        expected_cache,
+    )
     assert settings.kill_grace_s == DEFAULT_KILL_GRACE_PERIOD.seconds
     assert settings.reregister_after_s == MIN_REREGISTER_AFTER_S
 
@@ -39,11 +43,20 @@ def test_worker_settings_from_bootstrap_config_and_flags_override_it(tmp_path: P
     )
 
     assert (from_config.controller_address, from_config.port, from_config.runtime) == (
-        "http://10.1.0.2:10000", 10500, "docker"
+        "http://10.1.0.2:10000",
+        10500,
+        "docker",
     )
-    assert (from_config.kill_grace_s, from_config.task_image, from_config.reregister_after_s) == (4.0, "img:1", 60.0)
+    assert (from_config.kill_grace_s, from_config.task_image, from_config.reregister_after_s) == (
+        4.0,
+        "img:1",
+        60.0,
+    )
     assert (overridden.port, overridden.runtime, overridden.cache_dir, overridden.kill_grace_s) == (
-        0, "process", tmp_path, 1.0
+        0,
+        "process",
+        tmp_path,
+        1.0,
     )
 
 

@@ -15,7 +15,9 @@ from iris.rpc import cluster_pb2 as pb
 NOW = 50_000
 
 
-def task(index: int, state: int, exit_code: int = 0, error: str = "", started: int | None = None) -> TaskOutcomeRecord:
+def task(
+    index: int, state: int, exit_code: int = 0, error: str = "", started: int | None = None
+) -> TaskOutcomeRecord:
     return TaskOutcomeRecord(f"/j/{index}", state, exit_code, error, started)
 
 
@@ -42,7 +44,9 @@ def test_decide_job_update_running_job_keeps_its_first_start_time():
 def test_decide_job_update_unchanged_state_decides_nothing():
     job = JobRecord("/j", pb.JOB_STATE_RUNNING, started_at_ms=1_000)
 
-    assert decide_job_update(job, [task(0, pb.TASK_STATE_RUNNING), task(1, pb.TASK_STATE_PENDING)], NOW) is None
+    assert (
+        decide_job_update(job, [task(0, pb.TASK_STATE_RUNNING), task(1, pb.TASK_STATE_PENDING)], NOW) is None
+    )
 
 
 def test_decide_job_update_ended_job_is_never_derived_again():
@@ -111,7 +115,10 @@ def test_decide_job_update_worker_failed_task_ends_job_as_worker_failed():
 
 def test_decide_job_update_unschedulable_task_ends_pending_job_with_its_reason():
     job = JobRecord("/j", pb.JOB_STATE_PENDING)
-    tasks = [task(0, pb.TASK_STATE_UNSCHEDULABLE, error="not scheduled within 5s"), task(1, pb.TASK_STATE_PENDING)]
+    tasks = [
+        task(0, pb.TASK_STATE_UNSCHEDULABLE, error="not scheduled within 5s"),
+        task(1, pb.TASK_STATE_PENDING),
+    ]
 
     update = decide_job_update(job, tasks, NOW)
 
@@ -132,7 +139,9 @@ def test_plan_tree_kill_kills_parents_before_children_with_reasons_naming_the_pa
     assert kills == [
         JobKill("/a", pb.JOB_STATE_RUNNING, "terminated by user"),
         JobKill("/a/b", pb.JOB_STATE_RUNNING, "parent job /a ended: terminated by user"),
-        JobKill("/a/b/c", pb.JOB_STATE_PENDING, "parent job /a/b ended: parent job /a ended: terminated by user"),
+        JobKill(
+            "/a/b/c", pb.JOB_STATE_PENDING, "parent job /a/b ended: parent job /a ended: terminated by user"
+        ),
     ]
 
 

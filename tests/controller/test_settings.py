@@ -39,7 +39,9 @@ def test_daemon_settings_local_controller_listens_on_loopback_with_its_port_and_
     assert (settings.host, settings.port, settings.state_dir) == ("127.0.0.1", 12345, tmp_path / "state")
     assert settings.bundle_prefix == f"file://{tmp_path / 'state' / 'bundles'}"
     assert settings.controller_settings("u").heartbeat_interval_s == 1.5
-    assert settings.config.defaults.timeouts.worker_timeout.milliseconds == DEFAULT_WORKER_TIMEOUT.milliseconds
+    assert (
+        settings.config.defaults.timeouts.worker_timeout.milliseconds == DEFAULT_WORKER_TIMEOUT.milliseconds
+    )
 
 
 def test_daemon_settings_command_line_overrides_win_over_the_config(tmp_path: Path):

@@ -17,7 +17,9 @@ UNUSED_CONTROLLER = "http://127.0.0.1:9"
 
 
 def test_worker_attempt_with_illegal_env_name_fails_with_the_reason(tmp_path: Path) -> None:
-    settings = WorkerSettings("w1", "http://127.0.0.1:0", UNUSED_CONTROLLER, tmp_path / "cache", pb.WorkerMetadata())
+    settings = WorkerSettings(
+        "w1", "http://127.0.0.1:0", UNUSED_CONTROLLER, tmp_path / "cache", pb.WorkerMetadata()
+    )
     worker = Worker(settings, ProcessRuntime(tmp_path / "runtime"))
     run = pb.RunTaskRequest(task_id="/bad-env/0", job_id="/bad-env", attempt_id=0, num_tasks=1)
     run.entrypoint.command.argv.append("true")

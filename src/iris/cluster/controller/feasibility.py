@@ -65,13 +65,18 @@ def never_servable_reason(
     return "no scale group or worker of this cluster can ever run it (" + "; ".join(group_reasons) + ")"
 
 
-def idle_workers_cannot_hold(demand: TaskDemand, gang_size: int, idle_workers: Sequence[WorkerCapacity]) -> str:
+def idle_workers_cannot_hold(
+    demand: TaskDemand, gang_size: int, idle_workers: Sequence[WorkerCapacity]
+) -> str:
     """The scheduler's own explanation of why the workers, all idle, could not place the job's
     gang (or one of its tasks), or "" when they could."""
     size = gang_size if demand.gang_group_by else 1
     tasks = [dataclasses.replace(demand, task_id=f"{demand.job_id}/{i}") for i in range(size)]
     # What other jobs use now frees up later: only what a worker has at all counts.
-    idle = [dataclasses.replace(w, available=w.total, device_free=w.device.count if w.device else 0) for w in idle_workers]
+    idle = [
+        dataclasses.replace(w, available=w.total, device_free=w.device.count if w.device else 0)
+        for w in idle_workers
+    ]
     result = find_assignments(tasks, idle)
     if len(result.assignments) == size:
         return ""

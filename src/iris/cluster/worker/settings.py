@@ -67,7 +67,9 @@ class WorkerDaemonSettings:
             port=bootstrap.worker_port if port is None else port,
             runtime=runtime or bootstrap.runtime,
             cache_dir=Path(cache_dir or bootstrap.cache_dir).expanduser(),
-            kill_grace_s=timeouts.kill_grace_period.milliseconds / 1000 if kill_grace_s is None else kill_grace_s,
+            kill_grace_s=timeouts.kill_grace_period.milliseconds / 1000
+            if kill_grace_s is None
+            else kill_grace_s,
             task_image=task_image or bootstrap.task_image,
             reregister_after_s=reregister_delay_s(timeouts.heartbeat_interval.milliseconds / 1000),
         )

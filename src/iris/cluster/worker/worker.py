@@ -19,8 +19,8 @@ from pathlib import Path
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
-from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
 from iris.cluster.worker.settings import reregister_delay_s
+from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
 from iris.config import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync
