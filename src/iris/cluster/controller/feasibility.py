@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from iris.cluster.controller.scaling_group import ScalingGroup
-from iris.cluster.controller.scheduler import find_assignments
+from iris.cluster.controller.scheduler import constraint_holds, find_assignments
 from iris.cluster.controller.scheduling_types import Resources, TaskDemand, WorkerCapacity, device_from_proto
 from iris.cluster.types import Constraint
 from iris.rpc import cluster_pb2 as pb
@@ -71,6 +71,8 @@ def idle_workers_cannot_hold(
     """The scheduler's own explanation of why the workers, all idle, could not place the job's
     gang (or one of its tasks), or "" when they could."""
     size = gang_size if demand.gang_group_by else 1
+    if size == 1 and any(_could_hold(demand, w) for w in idle_workers):
+        return ""  # the common case, without building a scheduling pass
     tasks = [dataclasses.replace(demand, task_id=f"{demand.job_id}/{i}") for i in range(size)]
     # What other jobs use now frees up later: only what a worker has at all counts.
     idle = [
@@ -81,3 +83,12 @@ def idle_workers_cannot_hold(
     if len(result.assignments) == size:
         return ""
     return next(iter(result.pending_reasons.values()))
+
+
+def _could_hold(demand: TaskDemand, worker: WorkerCapacity) -> bool:
+    device = demand.device
+    if device is not None and not (device.matches(worker.device) and device.count <= worker.device.count):  # type: ignore[union-attr]
+        return False
+    return demand.resources.fits_in(worker.total) and all(
+        constraint_holds(c, worker.attributes) for c in demand.constraints
+    )
