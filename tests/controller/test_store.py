@@ -186,6 +186,17 @@ def test_store_submit_task_too_large_pending_reason_names_worker(cluster):
     assert "(w1)" in reason and "short of memory" in reason
 
 
+def test_store_idle_capacities_count_busy_workers_whole_and_leave_out_failed_ones(cluster):
+    worker, _ = run_one(cluster)
+    cluster.worker("w2", cpu=2000, memory=4 * GiB)
+    cluster.store.fail_workers(["w2"], "its slice was deleted", cluster.tick())
+
+    (idle,) = cluster.store.idle_capacities()
+
+    assert idle.worker_id == worker.worker_id
+    assert idle.available == idle.total and idle.total.cpu_millicores > 0
+
+
 def test_store_submit_duplicate_name_raises_job_exists(cluster):
     cluster.submit("train")
     with pytest.raises(JobExistsError, match="/train already exists"):

@@ -120,7 +120,8 @@ class Controller:
             if action == ExistingJobAction.KILL_AND_REPLACE:
                 self.terminate_job(job_id, "replaced by a new submission of the same name")
             self.store.delete_job_tree(job_id)
-        self._refuse_never_servable(job_id, request)
+        # Reads every healthy worker: off the event loop, like the job's creation.
+        await asyncio.to_thread(self._refuse_never_servable, job_id, request)
         if request.bundle_blob:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
         if request.parent_job_id:

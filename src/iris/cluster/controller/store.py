@@ -261,14 +261,25 @@ class ControllerStore(StoreReads):
         return demands, workers
 
     def idle_capacities(self) -> list[WorkerCapacity]:
-        """Every healthy worker as if it ran nothing: what the cluster could hold at best."""
+        """Every healthy worker as if it ran nothing: what the cluster could hold at best.
+
+        Checked on every submission, so worker metadata is read only when no parsed offer is cached."""
         with self._read() as db:
             capacities = []
             for w in db.execute(
-                f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+                f"SELECT worker_id, registered_at_ms FROM workers "
                 f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
-            ):
-                total, attributes, device = self._worker_offer(w)
+            ).fetchall():
+                cached = self._worker_offers.get(w["worker_id"])
+                if cached is not None and cached[0] == w["registered_at_ms"]:
+                    total, attributes, device = cached[1]
+                else:
+                    total, attributes, device = self._worker_offer(
+                        db.execute(
+                            "SELECT worker_id, metadata, registered_at_ms FROM workers WHERE worker_id=?",
+                            (w["worker_id"],),
+                        ).fetchone()
+                    )
                 capacities.append(
                     WorkerCapacity(w["worker_id"], total, total, attributes, device, device.count if device else 0)
                 )
