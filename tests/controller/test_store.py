@@ -189,6 +189,7 @@ def test_store_submit_task_too_large_pending_reason_names_worker(cluster):
 def test_store_idle_capacities_count_busy_workers_whole_and_leave_out_failed_ones(cluster):
     worker, _ = run_one(cluster)
     cluster.worker("w2", cpu=2000, memory=4 * GiB)
+    assert [w.worker_id for w in cluster.store.idle_capacities()] == ["w1", "w2"]
     cluster.store.fail_workers(["w2"], "its slice was deleted", cluster.tick())
 
     (idle,) = cluster.store.idle_capacities()

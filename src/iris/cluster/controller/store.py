@@ -263,27 +263,20 @@ class ControllerStore(StoreReads):
     def idle_capacities(self) -> list[WorkerCapacity]:
         """Every healthy worker as if it ran nothing: what the cluster could hold at best.
 
-        Checked on every submission, so worker metadata is read only when no parsed offer is cached."""
+        Checked on every submission, so kept until a worker changes state or registers again."""
         with self._read() as db:
-            capacities = []
-            for w in db.execute(
-                f"SELECT worker_id, registered_at_ms FROM workers "
-                f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
-            ).fetchall():
-                cached = self._worker_offers.get(w["worker_id"])
-                if cached is not None and cached[0] == w["registered_at_ms"]:
-                    total, attributes, device = cached[1]
-                else:
-                    total, attributes, device = self._worker_offer(
-                        db.execute(
-                            "SELECT worker_id, metadata, registered_at_ms FROM workers WHERE worker_id=?",
-                            (w["worker_id"],),
-                        ).fetchone()
+            if self._idle_capacities is None:
+                capacities = []
+                for w in db.execute(
+                    f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+                    f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
+                ):
+                    total, attributes, device = self._worker_offer(w)
+                    capacities.append(
+                        WorkerCapacity(w["worker_id"], total, total, attributes, device, device.count if device else 0)
                     )
-                capacities.append(
-                    WorkerCapacity(w["worker_id"], total, total, attributes, device, device.count if device else 0)
-                )
-        return capacities
+                self._idle_capacities = capacities
+            return self._idle_capacities
 
     def _worker_offer(self, row: sqlite3.Row) -> tuple[Resources, dict[str, AttributeValue], Device | None]:
         """A worker's capacity, attributes and device, parsed once per registration: every

@@ -35,6 +35,7 @@ from iris.cluster.controller.scheduling_types import (
     Device,
     Resources,
     TaskDemand,
+    WorkerCapacity,
 )
 from iris.cluster.controller.schema import migrate
 from iris.cluster.controller.transitions import (
@@ -131,6 +132,9 @@ class StoreBase:
         self._worker_offers: dict[
             str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]
         ] = {}
+        # Healthy workers' capacities for the submit-time feasibility check; dropped when a
+        # worker changes state or registers again (its offer may have changed).
+        self._idle_capacities: list[WorkerCapacity] | None = None
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         with self._write("migrate", self._path):
@@ -188,6 +192,8 @@ class StoreBase:
         with its reason and cause, and write the row with its companion columns."""
         keys = (key,) if isinstance(key, str) else tuple(key)
         entity_id = "#".join(str(k) for k in keys)
+        if kind == "worker" and (old != new or "metadata" in columns):
+            self._idle_capacities = None
         if old != new:
             try:
                 check_transition(kind, entity_id, old, new)
