@@ -30,9 +30,12 @@ from pathlib import Path
 import psutil
 
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc import config_pb2
+from iris.time import Duration
 
-HOUR_S = 3600.0
+HOUR = Duration.from_seconds(3600)
 ROUND_TIMEOUT_S = 60.0
 LIVE = f"({pb.WORKER_STATE_HEALTHY},{pb.WORKER_STATE_UNHEALTHY})"
 
@@ -44,11 +47,13 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 class Host:
     def __init__(self, state_dir: Path):
+        config = config_pb2.IrisClusterConfig()
+        config.defaults.timeouts.heartbeat_interval.CopyFrom(HOUR.to_proto())
+        config.defaults.timeouts.worker_timeout.CopyFrom(HOUR.to_proto())
         self.daemon = ControllerDaemon(
-            state_dir=state_dir,
-            bundle_prefix=f"file://{state_dir / 'bundles'}",
-            heartbeat_interval_s=HOUR_S,
-            worker_timeout_s=HOUR_S,
+            DaemonSettings.from_config(
+                config, state_dir=state_dir, bundle_prefix=f"file://{state_dir / 'bundles'}", host="127.0.0.1", port=0
+            )
         )
         self.process = psutil.Process()
         # A connection of our own: WAL lets it read committed heartbeats without taking the

@@ -10,9 +10,10 @@ Register RPC) and this one, which drives and measures.
 - Heartbeat round: the controller heartbeats every live worker at once, as its periodic tick does,
   and the round ends when the last worker's answer is reconciled in the store.
 - LaunchJob accepted per second: client threads here submit trivial jobs as fast as the controller
-  accepts them while rounds run back to back. The jobs ask for a worker attribute no worker has,
-  so they stay pending (the scheduler still considers them on every pass) and the simulated
-  workers keep running nothing.
+  accepts them while rounds run back to back. The jobs ask for all of the one simulated worker
+  that keeps what it runs (a job nothing could ever run is refused at submission): the first runs
+  there, the rest stay pending (the scheduler still considers them on every pass) and the other
+  simulated workers keep running nothing.
 - RSS of the controller process, sampled every 100 ms from the workers' registration on.
 
 On this 2-core machine the simulated workers' server competes with the controller for CPU; its CPU
@@ -35,6 +36,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import REPO, Row, Target, become_subreaper, owned_processes
+from benchmarks.fake_workers import HELD_POOL, WORKER_CPU_MILLICORES
 from iris.cluster.types import Constraint, Entrypoint, ResourceSpec
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync
@@ -127,8 +129,10 @@ def launch_request(name: str) -> pb.LaunchJobRequest:
     return pb.LaunchJobRequest(
         name=name,
         entrypoint=Entrypoint.from_command("true").proto,
-        resources=ResourceSpec(cpu=0.1, memory="10MB").to_proto(),
-        constraints=[Constraint.parse("pool=nowhere").to_proto()],
+        # All of the one holding worker: accepted (a worker could run it), then pending behind the
+        # first such job, which that worker keeps running.
+        resources=ResourceSpec(cpu=WORKER_CPU_MILLICORES / 1000, memory="10MB").to_proto(),
+        constraints=[Constraint.parse(f"pool={HELD_POOL}").to_proto()],
     )
 
 

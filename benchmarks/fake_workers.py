@@ -43,12 +43,19 @@ def worker_id(index: int) -> str:
     return f"fake-{index:04d}"
 
 
+# The one worker that runs what it is sent, forever: jobs asking for all of it (HELD_POOL) could
+# run, so the controller accepts them, but after the first they stay pending behind it.
+HOLDING_WORKER_INDEX = 0
+HELD_POOL = "held"
+WORKER_CPU_MILLICORES = 32_000
+
+
 def metadata(index: int) -> pb.WorkerMetadata:
     """A mid-size CPU host; attributes like a pool of scale groups in four zones."""
     meta = pb.WorkerMetadata(
         hostname=f"fake-host-{index:04d}",
         ip_address="127.0.0.1",
-        cpu_millicores=32_000,
+        cpu_millicores=WORKER_CPU_MILLICORES,
         memory_bytes=128 * GB,
         disk_bytes=500 * GB,
         runtime="process",
@@ -58,21 +65,35 @@ def metadata(index: int) -> pb.WorkerMetadata:
         "zone": f"zone-{index % 4}",
         "scale-group": f"cpu-group-{index % 10}",
         "preemptible": "true" if index % 3 == 0 else "false",
+        **({"pool": HELD_POOL} if index == HOLDING_WORKER_INDEX else {}),
     }.items():
         meta.attributes[key].CopyFrom(attribute_to_proto(value))
     return meta
 
 
 class FakeWorker:
-    """A worker with no tasks: everything it is asked to run or expected to hold, it does not have."""
+    """A worker with no tasks: everything it is asked to run or expected to hold, it does not have.
 
-    def __init__(self, worker_id: str):
+    A holding worker instead keeps every attempt it is sent running until it is told to kill it."""
+
+    def __init__(self, worker_id: str, holds: bool = False):
         self.worker_id = worker_id
+        self.holds = holds
+        self.held: dict[tuple[str, int], str] = {}
 
     async def heartbeat(self, request: pb.HeartbeatRequest, ctx) -> pb.HeartbeatResponse:
         if request.worker_id and request.worker_id != self.worker_id:
             raise ConnectError(Code.FAILED_PRECONDITION, f"this is worker {self.worker_id}, not {request.worker_id}")
-        return pb.HeartbeatResponse(worker_id=self.worker_id)
+        response = pb.HeartbeatResponse(worker_id=self.worker_id)
+        if self.holds:
+            self.held.update(((run.task_id, run.attempt_id), run.job_id) for run in request.tasks_to_run)
+            for kill in request.tasks_to_kill:
+                self.held.pop((kill.task_id, kill.attempt_id), None)
+            response.running_tasks.extend(
+                pb.WorkerTaskStatus(task_id=task_id, attempt_id=attempt_id, job_id=job_id, state=pb.TASK_STATE_RUNNING)
+                for (task_id, attempt_id), job_id in self.held.items()
+            )
+        return response
 
     async def get_task_status(self, request: pb.WorkerGetTaskStatusRequest, ctx) -> pb.WorkerTaskStatus:
         raise ConnectError(Code.NOT_FOUND, f"task {request.task_id} is not on this worker")
@@ -107,7 +128,10 @@ class PathDispatch:
 
 
 def serve(count: int, sock: socket.socket) -> tuple[uvicorn.Server, threading.Thread]:
-    apps = {worker_id(i): WorkerServiceASGIApplication(FakeWorker(worker_id(i))) for i in range(count)}
+    apps = {
+        worker_id(i): WorkerServiceASGIApplication(FakeWorker(worker_id(i), holds=i == HOLDING_WORKER_INDEX))
+        for i in range(count)
+    }
     server = uvicorn.Server(
         uvicorn.Config(PathDispatch(apps), log_level="warning", access_log=False, lifespan="off")
     )

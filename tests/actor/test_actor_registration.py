@@ -16,6 +16,7 @@ from iris.actor import ActorClient, ActorServer
 from iris.client import IrisClient
 from iris.client.resolver import ClusterResolver
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.types import Entrypoint
 
 
@@ -29,7 +30,14 @@ class Named:
 
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[IrisClient]:
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles")
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host="127.0.0.1",
+            port=0,
+        )
+    )
     daemon.start_in_thread()
     client = IrisClient.remote(daemon.url)
     try:

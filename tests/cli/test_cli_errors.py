@@ -221,3 +221,38 @@ def test_unknown_command_rejected_exit_2(iris: IrisRunner) -> None:
 
     assert result.returncode == 2, str(result)
     assert "No such command 'jobs'" in result.stderr, str(result)
+
+
+# ---------------------------------------------------------------- Ctrl-C while starting
+
+# Runs the `iris` console script's own code (`from iris.cli.main import main; sys.exit(main())`)
+# with a real SIGINT delivered while the CLI is importing its command modules, as a user pressing
+# Ctrl-C right after typing a command would.
+CTRL_C_DURING_IMPORTS = textwrap.dedent(
+    """\
+    import os, signal, sys
+
+    class CtrlCOnImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == "iris.cli.cluster":
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, CtrlCOnImport())
+    sys.argv = ["iris", "job", "list"]
+    from iris.cli.main import main
+    sys.exit(main())
+    """
+)
+
+
+def test_ctrl_c_during_cli_imports_exits_130_without_traceback() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", CTRL_C_DURING_IMPORTS], check=False, capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr, result.stderr

@@ -30,7 +30,7 @@ from cli_support import (
 )
 
 from iris.client import InvalidRequestError, IrisClient, JobState, LogEntry
-from iris.cluster.types import TERMINAL_JOB_STATES, Entrypoint, EnvironmentSpec
+from iris.cluster.types import TERMINAL_JOB_STATES, Entrypoint, EnvironmentSpec, ResourceSpec
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
 
@@ -232,17 +232,32 @@ def test_cluster_start_port_taken_says_which_setting_to_change(tmp_path: Path, i
 
 
 def test_run_waiting_job_prints_status_lines_when_piped(cluster: LocalClusterConfig) -> None:
-    result = iris_on(
-        cluster, "run", "--constraint", "pool=nowhere", "--scheduling-timeout", "4s", "--", "true"
-    )
+    """A job that could run but finds the only worker full waits, saying why, until its timeout."""
+    with IrisClient.remote(cluster.url()) as client:
+        blocker = client.submit(
+            Entrypoint.from_command("sleep", "60"), name="fills-the-worker", resources=ResourceSpec(cpu=4)
+        )
+        try:
+            wait_until(lambda: blocker.status().state == pb.JOB_STATE_RUNNING, 30, 0.1, "the blocker to run")
+            result = iris_on(cluster, "run", "--cpu", "4", "--scheduling-timeout", "4s", "--", "true")
+        finally:
+            blocker.terminate()
 
     assert result.returncode == 1, str(result)
     waiting = [line for line in result.stderr.splitlines() if " pending (" in line]
     assert waiting and waiting[0].startswith("iris: /"), str(result)
-    assert "pool" in waiting[0], f"the pending reason should name the constraint:\n{result}"
+    assert "busy" in waiting[0], f"the pending reason should say the worker that fits is busy:\n{result}"
     assert "\r" not in result.stderr and "\x1b[" not in result.stderr, "piped output is plain lines"
     assert len(waiting) < 4, f"a line per change, not per second:\n{result}"
     assert "unschedulable" in result.stderr
+
+
+def test_run_constraint_no_worker_or_group_satisfies_rejected_at_once(cluster: LocalClusterConfig) -> None:
+    result = iris_on(cluster, "run", "--constraint", "pool=nowhere", "--", "true", timeout=30)
+
+    assert result.returncode == 1, str(result)
+    assert "no scale group or worker of this cluster can ever run it" in result.stderr, str(result)
+    assert "pool=nowhere" in result.stderr, str(result)
 
 
 def test_run_job_no_worker_or_group_can_hold_rejected_at_once(cluster: LocalClusterConfig) -> None:

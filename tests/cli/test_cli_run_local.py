@@ -106,3 +106,20 @@ def test_run_without_cluster_asks_which_cluster(iris: IrisRunner) -> None:
     assert result.returncode == 2, str(result)
     assert "--controller-url" in result.stderr and "--config" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_run_local_tpu_job_refused_at_once_naming_missing_device(iris: IrisRunner) -> None:
+    """A local cluster has no scale groups and one cpu worker: a TPU job could never run there."""
+    result = iris("run", "--local", "--tpu", "v5litepod-16", "--", "true", timeout=60)
+
+    assert result.returncode == 1, str(result)
+    assert "no worker of this cluster can ever run it" in result.stderr, str(result)
+    assert "no worker has tpu v5litepod-16" in result.stderr, str(result)
+    assert "Traceback" not in result.stderr
+
+
+def test_run_local_more_cpu_than_the_worker_refused_at_once(iris: IrisRunner) -> None:
+    result = iris("run", "--local", "--cpu", "1000", "--", "true", timeout=60)
+
+    assert result.returncode == 1, str(result)
+    assert "no worker is large enough" in result.stderr and "short of cpu" in result.stderr, str(result)

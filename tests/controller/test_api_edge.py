@@ -22,6 +22,7 @@ from iris.client import IrisClient
 from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.controller.service import _rpc
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.types import Entrypoint
 from iris.config import ConfigError, load_and_validate
@@ -33,7 +34,14 @@ SERVICE = "iris.cluster.ControllerService"
 @pytest.fixture(scope="module")
 def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("api-edge")
-    daemon = ControllerDaemon(state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0)
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=root / "state",
+            bundle_prefix=f"file://{root}/bundles",
+            host="127.0.0.1",
+            port=0,
+        )
+    )
     daemon.start_in_thread()
     try:
         yield daemon.url
@@ -106,9 +114,13 @@ def test_launch_job_max_int32_replicas_is_refused_at_once(controller_url: str) -
 
 def test_launch_job_of_100000_tasks_keeps_health_answering(tmp_path: Path) -> None:
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "state",
-        bundle_prefix=f"file://{tmp_path}/bundles",
-        input_limits=InputLimits(max_replicas=100_000),
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host="127.0.0.1",
+            port=0,
+            input_limits=InputLimits(max_replicas=100_000),
+        )
     )
     daemon.start_in_thread()
     try:
@@ -252,7 +264,7 @@ def test_controller_from_config_applies_its_limits_section(tmp_path: Path) -> No
         f"name: limited\nplatform:\n  local: {{}}\nstorage:\n  bundle_prefix: file://{tmp_path}/bundles\n"
         f"controller:\n  local:\n    state_dir: {tmp_path}/state\nlimits:\n  max_replicas: 3\n"
     )
-    daemon = ControllerDaemon.from_config(load_and_validate(config_path), port=0)
+    daemon = ControllerDaemon(DaemonSettings.from_config(load_and_validate(config_path), port=0))
     daemon.start_in_thread()
     try:
         with IrisClient.remote(daemon.url) as client:
@@ -271,7 +283,11 @@ def test_config_negative_limit_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_controller_start_whose_store_write_fails_retries_and_serves(tmp_path: Path) -> None:
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", port=0)
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
+        )
+    )
     chaos.enable(chaos.CONTROLLER_STORE_WRITE, 1.0, count=2)
     try:
         daemon.start_in_thread()

@@ -186,6 +186,18 @@ def test_store_submit_task_too_large_pending_reason_names_worker(cluster):
     assert "(w1)" in reason and "short of memory" in reason
 
 
+def test_store_idle_capacities_count_busy_workers_whole_and_leave_out_failed_ones(cluster):
+    worker, _ = run_one(cluster)
+    cluster.worker("w2", cpu=2000, memory=4 * GiB)
+    assert [w.worker_id for w in cluster.store.idle_capacities()] == ["w1", "w2"]
+    cluster.store.fail_workers(["w2"], "its slice was deleted", cluster.tick())
+
+    (idle,) = cluster.store.idle_capacities()
+
+    assert idle.worker_id == worker.worker_id
+    assert idle.available == idle.total and idle.total.cpu_millicores > 0
+
+
 def test_store_submit_duplicate_name_raises_job_exists(cluster):
     cluster.submit("train")
     with pytest.raises(JobExistsError, match="/train already exists"):
@@ -879,6 +891,50 @@ def test_store_read_logs_of_retried_task_keeps_every_attempt(cluster):
 
     assert [(line.attempt_id, line.line.data) for line in lines] == [(0, "first try"), (1, "second try")]
     assert finished is False
+
+
+def _job_with_lines(cluster, *lines: str) -> str:
+    worker = cluster.worker("w1")
+    job_id = cluster.submit("train")
+    cluster.schedule()
+    cluster.heartbeat(worker)
+    worker.log("/train/0", 0, *lines)
+    cluster.heartbeat(worker)
+    return job_id
+
+
+def test_store_read_logs_tail_returns_only_last_lines_and_a_cursor_to_follow_from(cluster):
+    job_id = _job_with_lines(cluster, *(f"step {i}" for i in range(10)))
+
+    lines, cursor, _ = cluster.store.read_logs(job_id, 0, 100, tail_lines=3)
+
+    assert log_data(lines) == ["step 7", "step 8", "step 9"]
+    assert cursor == lines[-1].cursor
+    assert cluster.store.read_logs(job_id, 0, 100, tail_lines=0)[:2] == ([], cursor)
+    assert log_data(cluster.store.read_logs(job_id, 0, 100, tail_lines=50)[0]) == [f"step {i}" for i in range(10)]
+
+
+def test_store_read_logs_tail_larger_than_a_page_starts_at_the_tail_and_pages_on(cluster):
+    job_id = _job_with_lines(cluster, *(f"step {i}" for i in range(10)))
+
+    first, cursor, finished = cluster.store.read_logs(job_id, 0, 2, tail_lines=5)
+    rest, _, _ = cluster.store.read_logs(job_id, cursor, 100)
+
+    assert log_data(first) == ["step 5", "step 6"] and finished is False
+    assert log_data(rest) == ["step 7", "step 8", "step 9"]
+
+
+def test_store_read_logs_since_skips_older_lines_and_nothing_recent_starts_after_the_end(cluster):
+    job_id = _job_with_lines(cluster, *(f"step {i}" for i in range(6)))
+    all_lines, end, _ = cluster.store.read_logs(job_id, 0, 100)
+
+    recent, _, _ = cluster.store.read_logs(job_id, 0, 100, since_ms=all_lines[4].line.timestamp_ms)
+    none, cursor, _ = cluster.store.read_logs(job_id, 0, 100, since_ms=all_lines[-1].line.timestamp_ms + 1)
+    both, _, _ = cluster.store.read_logs(job_id, 0, 100, tail_lines=4, since_ms=all_lines[3].line.timestamp_ms)
+
+    assert log_data(recent) == ["step 4", "step 5"]
+    assert (none, cursor) == ([], end)
+    assert log_data(both) == ["step 3", "step 4", "step 5"]
 
 
 def test_store_read_logs_unknown_id_raises_not_found(cluster):

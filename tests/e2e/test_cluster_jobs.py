@@ -19,6 +19,7 @@ import pytest
 from iris.client import IrisClient, JobFailedError
 from iris.cluster.types import Entrypoint, ResourceSpec
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc import config_pb2
 from iris.time import wait_until
 
 # Callables defined here travel by value: the workers cannot import this test module.
@@ -190,12 +191,19 @@ def test_submit_dispatches_without_waiting_for_a_tick(tmp_path, workspace):
     """With the heartbeat tick and the scheduler's fallback both at 60s, a job can only finish
     quickly if the submit itself woke the scheduler and the placement sent the heartbeat."""
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
+    config = config_pb2.IrisClusterConfig()
+    config.defaults.timeouts.heartbeat_interval.milliseconds = 60_000
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "state",
-        bundle_prefix=f"file://{tmp_path}/bundles",
-        heartbeat_interval_s=60,
-        scheduler_fallback_interval_s=60,
+        DaemonSettings.from_config(
+            config,
+            state_dir=tmp_path / "state",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host="127.0.0.1",
+            port=0,
+            scheduler_fallback_interval_s=60,
+        )
     )
     daemon.start_in_thread()
     worker = subprocess.Popen(
@@ -350,8 +358,23 @@ def test_worker_with_its_own_id_and_a_bootstrap_slice_id_registers_in_that_slice
     """A worker started outside the local platform keeps its default id (host:port) and is told
     its slice at bootstrap (`--slice-id`): the controller's store counts it as a member of that slice."""
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles")
+    daemon = ControllerDaemon(
+
+        DaemonSettings.from_config(
+
+            state_dir=tmp_path / "state",
+
+            bundle_prefix=f"file://{tmp_path}/bundles",
+
+            host="127.0.0.1",
+
+            port=0,
+
+        )
+
+    )
     daemon.start_in_thread()
     worker = subprocess.Popen(
         [sys.executable, "-m", "iris.cluster.worker.main", "serve", "--controller-address", daemon.url,

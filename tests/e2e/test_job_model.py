@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iris.client import IrisClient, JobFailedError
+from iris.client import InvalidRequestError, IrisClient, JobFailedError
 from iris.cluster.types import Constraint, CoschedulingConfig, Entrypoint, ResourceSpec, tpu_device
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
@@ -72,13 +72,17 @@ def test_tpu_gang_runs_one_task_per_host_of_one_slice(client):
     assert lines == [f"{i} {i} {slice_name} 4 tpu,cpu" for i in range(4)]
 
 
-def test_gang_that_fits_nowhere_stays_pending_with_reason_while_small_jobs_run(client):
-    gang = client.submit(
-        Entrypoint.from_command("true"),
-        name="gang-of-5",
-        replicas=5,
-        coscheduling=CoschedulingConfig("tpu-name"),
-        resources=ResourceSpec(cpu=1, memory="100MB"),
+def test_gang_larger_than_any_slice_refused_at_submit_while_small_jobs_run(client):
+    with pytest.raises(InvalidRequestError) as raised:
+        client.submit(
+            Entrypoint.from_command("true"),
+            name="gang-of-5",
+            replicas=5,
+            coscheduling=CoschedulingConfig("tpu-name"),
+            resources=ResourceSpec(cpu=1, memory="100MB"),
+        )
+    assert "gang of 5 needs 5 workers sharing one 'tpu-name'; the largest group of suitable workers has 4" in (
+        str(raised.value)
     )
     small = [
         client.submit(Entrypoint.from_command("true"), name=f"small-{i}", resources=ResourceSpec(cpu=1, memory="100MB"))
@@ -86,12 +90,6 @@ def test_gang_that_fits_nowhere_stays_pending_with_reason_while_small_jobs_run(c
     ]
     for job in small:
         assert job.wait(timeout=60).state == pb.JOB_STATE_SUCCEEDED
-    status = gang.status()
-    assert status.state == pb.JOB_STATE_PENDING
-    assert "gang of 5 needs 5 workers sharing one 'tpu-name'; the largest group of suitable workers has 4" in (
-        status.pending_reason
-    )
-    gang.terminate()
 
 
 def test_constraint_places_tasks_only_on_matching_workers(client):
@@ -106,19 +104,21 @@ def test_constraint_places_tasks_only_on_matching_workers(client):
     assert sorted(_workers_of(job)) == ["slice-b-1", "slice-b-2", "slice-b-3"]
 
 
-def test_unsatisfiable_job_becomes_unschedulable_with_the_reason(client):
-    job = client.submit(
-        Entrypoint.from_command("true"),
-        name="wants-gpu",
-        resources=ResourceSpec(cpu=1, memory="100MB", device=pb.DeviceConfig(gpu=pb.GpuDevice(variant="H100", count=8))),
-        scheduling_timeout=1.0,
-    )
-    with pytest.raises(JobFailedError) as raised:
-        job.wait(timeout=60)
-    status = raised.value.status
-    assert status.state == pb.JOB_STATE_UNSCHEDULABLE
-    assert "not scheduled within 1s" in status.error
-    assert "no worker has 8x gpu H100 (workers have: 8 with tpu v5litepod-16 (4 chips))" in status.error
+def test_unsatisfiable_job_refused_at_submit_naming_the_missing_device(client):
+    """A cluster without scale groups has only its workers: a job none of them could ever hold is
+    refused at once, not left waiting."""
+    with pytest.raises(InvalidRequestError) as raised:
+        client.submit(
+            Entrypoint.from_command("true"),
+            name="wants-gpu",
+            resources=ResourceSpec(
+                cpu=1, memory="100MB", device=pb.DeviceConfig(gpu=pb.GpuDevice(variant="H100", count=8))
+            ),
+        )
+    message = str(raised.value)
+    assert "no worker of this cluster can ever run it" in message
+    assert "no worker has 8x gpu H100 (workers have: 8 with tpu v5litepod-16 (4 chips))" in message
+    assert "/wants-gpu" not in [job.job_id for job in client.list_jobs()]
 
 
 def test_failed_job_error_quotes_its_last_output(client):

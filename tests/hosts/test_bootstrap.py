@@ -70,14 +70,19 @@ def placement(host: SshHost, worker_id: str, slice_id: str = "slice-a") -> Worke
 def controller(host_network: HostNetwork, tmp_path: Path) -> Iterator[str]:
     """A controller on the test host, listening where the namespace hosts reach it."""
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
+    config = config_pb2.IrisClusterConfig()
+    config.defaults.timeouts.heartbeat_interval.milliseconds = 1000
+    config.defaults.timeouts.worker_timeout.milliseconds = 10_000
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "controller",
-        bundle_prefix=f"file://{tmp_path}/bundles",
-        host=host_network.gateway,
-        port=0,
-        heartbeat_interval_s=1.0,
-        worker_timeout_s=10.0,
+        DaemonSettings.from_config(
+            config,
+            state_dir=tmp_path / "controller",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host=host_network.gateway,
+            port=0,
+        )
     )
     daemon.start_in_thread()
     try:

@@ -40,8 +40,23 @@ def _free_port() -> int:
 @pytest.fixture
 def controller_url(tmp_path: Path) -> Iterator[str]:
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
-    daemon = ControllerDaemon(state_dir=tmp_path / "controller", bundle_prefix=f"file://{tmp_path}/bundles")
+    daemon = ControllerDaemon(
+
+        DaemonSettings.from_config(
+
+            state_dir=tmp_path / "controller",
+
+            bundle_prefix=f"file://{tmp_path}/bundles",
+
+            host="127.0.0.1",
+
+            port=0,
+
+        )
+
+    )
     daemon.start_in_thread()
     try:
         yield daemon.url

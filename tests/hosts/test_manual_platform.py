@@ -65,11 +65,12 @@ def slice_config(config: config_pb2.IrisClusterConfig) -> config_pb2.SliceConfig
 @pytest.fixture
 def controller(host_network: HostNetwork, tmp_path: Path) -> Iterator[str]:
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "controller",
-        bundle_prefix=f"file://{tmp_path}/bundles",
-        host=host_network.gateway,
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "controller", bundle_prefix=f"file://{tmp_path}/bundles", host=host_network.gateway, port=0
+        )
     )
     daemon.start_in_thread()
     try:
@@ -212,16 +213,20 @@ def test_autoscaler_on_manual_platform_brings_up_a_host_and_runs_a_job(
     hosts: list[SshHost], ssh_key: Path, host_network: HostNetwork, tmp_path: Path
 ) -> None:
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
     config = cluster_config([hosts[0].address], ssh_key, "", tmp_path / "bundles")
     config.scale_groups[GROUP].min_slices = 1
     config.defaults.autoscaler.evaluation_interval.milliseconds = 500
+    config.defaults.timeouts.heartbeat_interval.milliseconds = 1000
     daemon = ControllerDaemon(
-        state_dir=tmp_path / "controller",
-        bundle_prefix=f"file://{tmp_path}/bundles",
-        host=host_network.gateway,
-        heartbeat_interval_s=1.0,
-        cluster_config=config,
+        DaemonSettings.from_config(
+            config,
+            state_dir=tmp_path / "controller",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host=host_network.gateway,
+            port=0,
+        )
     )
     daemon.start_in_thread()
     workspace = tmp_path / "workspace"

@@ -36,12 +36,20 @@ def test_docker_worker_runs_bundle_callable_in_task_image_container(
     tmp_path: Path, workspace: Path, docker_engine: DockerEngine, task_image: str
 ) -> None:
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
     config = tmp_path / "cluster.yaml"
     config.write_text(
         f"name: docker-e2e\nplatform:\n  local: {{}}\ndefaults:\n  bootstrap:\n    task_image: {task_image}\n"
     )
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles")
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state",
+            bundle_prefix=f"file://{tmp_path}/bundles",
+            host="127.0.0.1",
+            port=0,
+        )
+    )
     daemon.start_in_thread()
     worker_log = tmp_path / "worker.log"
     with open(worker_log, "wb") as log:

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from engines import REPO, DockerEngine, build_test_image, iris_build
 
-from iris.cli.main import iris
+from iris.cli.app import iris
 
 
 def _run(image: str, command: list[str]) -> str:

@@ -117,6 +117,7 @@ def test_kubernetes_worker_pod_runs_callables_in_task_pods_and_gpu_pod_claims_gp
     from kubernetes import config as k8s_config
 
     from iris.cluster.controller.main import ControllerDaemon
+    from iris.cluster.controller.settings import DaemonSettings
 
     node = "gpu-e2e"
     kubernetes_cluster.add_node(
@@ -127,7 +128,9 @@ def test_kubernetes_worker_pod_runs_callables_in_task_pods_and_gpu_pod_claims_gp
     )
     bundles = tmp_path / "bundles"
     cache = tmp_path / "cache"
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{bundles}")
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(state_dir=tmp_path / "state", bundle_prefix=f"file://{bundles}", host="127.0.0.1", port=0)
+    )
     daemon.start_in_thread()
     api_client = k8s_config.new_client_from_config(config_file=str(kubernetes_cluster.kubeconfig))
     core = k8s.CoreV1Api(api_client)

@@ -16,6 +16,7 @@ from iris.bundle_format import UnsafeBundleError, extract_bundle
 from iris.client import IrisClient
 from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.limits import InputLimits
 from iris.cluster.types import Entrypoint
 from iris.rpc import cluster_pb2 as pb
@@ -86,7 +87,9 @@ def test_extract_bundle_entry_inflating_past_its_declared_size_is_stopped(tmp_pa
 def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("bundle-safety")
     daemon = ControllerDaemon(
-        state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0, input_limits=LIMITS
+        DaemonSettings.from_config(
+            state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0, input_limits=LIMITS
+        )
     )
     daemon.start_in_thread()
     try:

@@ -11,6 +11,7 @@ import pytest
 from iris import storage
 from iris.client import IrisClient
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.types import Entrypoint
 from iris.time import wait_until
 
@@ -25,7 +26,14 @@ def test_cluster_job_reads_workspace_shipped_through_object_store(object_store_p
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "message.txt").write_text("shipped through the object store\n")
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=object_store_prefix)
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state",
+            bundle_prefix=object_store_prefix,
+            host="127.0.0.1",
+            port=0,
+        )
+    )
     daemon.start_in_thread()
     # The worker inherits the emulator endpoint and credentials the fixture put in the environment.
     worker = subprocess.Popen(

@@ -10,6 +10,7 @@ import pytest
 from iris import chaos
 from iris.client import IrisClient
 from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.rpc import cluster_pb2 as pb
@@ -18,7 +19,11 @@ from iris.time import wait_until
 
 @pytest.fixture
 def controller_url(tmp_path: Path) -> Iterator[str]:
-    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", port=0)
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
+        )
+    )
     daemon.start_in_thread()
     try:
         yield daemon.url

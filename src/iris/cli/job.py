@@ -7,7 +7,6 @@ import runpy
 import shlex
 import signal
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -381,18 +380,13 @@ def job_logs(
     handle = Job(client, target)
     multi = not target.rsplit("/", 1)[-1].isdigit() and handle.status().num_tasks > 1
     printer = LogPrinter(multi, sys.stdout, sys.stderr, timestamps)
-    written = handle.logs()
-    shown = written
-    if since is not None:
-        cutoff_ms = time.time() * 1000 - since.milliseconds
-        shown = [line for line in shown if line.timestamp_ms >= cutoff_ms]
-    if tail is not None:
-        shown = shown[len(shown) - tail :] if tail else []
+    # The controller applies --tail and --since: a long log is not downloaded to show its end.
+    shown, cursor = handle.read_logs(tail=tail, since=since)
     for line in shown:
         printer.write(line)
     if not follow:
         return
-    for line in handle.follow_logs(cursor=written[-1].cursor if written else 0):
+    for line in handle.follow_logs(cursor=cursor):
         printer.write(line)
     sys.exit(exit_code_for(handle.wait(raise_on_failure=False)))
 

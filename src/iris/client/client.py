@@ -41,7 +41,6 @@ from iris.cluster.types import (
     parse_priority,
 )
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc import time_pb2
 from iris.rpc.cluster_connect import ControllerServiceClientSync
 from iris.time import Duration
 
@@ -148,6 +147,10 @@ class LogEntry:
     @property
     def timestamp(self) -> datetime:
         return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=timezone.utc)
+
+
+def _as_duration(value: float | Duration) -> Duration:
+    return value if isinstance(value, Duration) else Duration.from_seconds(value)
 
 
 def _print_notice(message: str) -> None:
@@ -368,8 +371,7 @@ class IrisClient:
             request.max_retries_preemption = max_retries_preemption
         for field_name, value in (("timeout", timeout), ("scheduling_timeout", scheduling_timeout)):
             if value is not None:
-                duration = value if isinstance(value, Duration) else Duration.from_seconds(value)
-                getattr(request, field_name).CopyFrom(time_pb2.Duration(milliseconds=duration.milliseconds))
+                getattr(request, field_name).CopyFrom(_as_duration(value).to_proto())
         parent_job_id = os.environ.get(task_env.JOB_ID, "")
         if parent_job_id:
             request.parent_job_id = parent_job_id
@@ -449,14 +451,29 @@ class Job:
         request = pb.DeleteJobRequest(job_id=self.job_id, kill_running=kill_running)
         return list(self.client.call("delete_job", request).deleted_job_ids)
 
-    def logs(self, cursor: int = 0) -> list[LogEntry]:
+    def logs(
+        self, cursor: int = 0, tail: int | None = None, since: float | Duration | None = None
+    ) -> list[LogEntry]:
+        """The job's log lines after `cursor`: only the last `tail` of them, and only those written
+        in the last `since` (seconds or a Duration), when given. The controller applies both."""
+        return self.read_logs(cursor, tail, since)[0]
+
+    def read_logs(
+        self, cursor: int = 0, tail: int | None = None, since: float | Duration | None = None
+    ) -> tuple[list[LogEntry], int]:
+        """Like `logs()`, with the cursor to follow on from (past the lines `tail`/`since` skipped)."""
+        request = pb.GetTaskLogsRequest(id=self.job_id, cursor=cursor)
+        if tail is not None:
+            request.tail_lines = tail
+        if since is not None:
+            request.since.CopyFrom(_as_duration(since).to_proto())
         lines: list[LogEntry] = []
         while True:
-            response = self.client.call("get_task_logs", pb.GetTaskLogsRequest(id=self.job_id, cursor=cursor))
+            response = self.client.call("get_task_logs", request)
             lines.extend(LogEntry.from_proto(line) for line in response.lines)
             if not response.lines:
-                return lines
-            cursor = response.next_cursor
+                return lines, response.next_cursor
+            request = pb.GetTaskLogsRequest(id=self.job_id, cursor=response.next_cursor)
 
     def follow_logs(
         self,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from iris.cluster.controller.main import ControllerDaemon
-from iris.cluster.limits import limits_from_config
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker
 from iris.config import apply_defaults
 from iris.rpc import cluster_pb2 as pb
@@ -69,17 +69,14 @@ class LocalCluster:
 
     def start(self, progress: Callable[[str], None] | None = None, timeout: float = 60.0) -> LocalCluster:
         say = progress or (lambda message: None)
-        timeouts = self.config.defaults.timeouts
         self.daemon = ControllerDaemon(
-            state_dir=self.state_dir,
-            bundle_prefix=self.config.storage.bundle_prefix,
-            host="127.0.0.1",
-            port=self._port,
-            heartbeat_interval_s=timeouts.heartbeat_interval.milliseconds / 1000,
-            worker_timeout_s=timeouts.worker_timeout.milliseconds / 1000,
-            cluster_config=self.config if self.config.scale_groups else None,
-            config_path=self._config_path,
-            input_limits=limits_from_config(self.config.limits),
+            DaemonSettings.from_config(
+                self.config,
+                state_dir=self.state_dir,
+                host="127.0.0.1",
+                port=self._port,
+                config_path=self._config_path,
+            )
         )
         self.daemon.start_in_thread()
         say(f"controller listening on {self.daemon.url}")

@@ -514,14 +514,18 @@ class TaskLogLine(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., attempt_id: _Optional[int] = ..., line: _Optional[_Union[LogLine, _Mapping]] = ..., cursor: _Optional[int] = ...) -> None: ...
 
 class GetTaskLogsRequest(_message.Message):
-    __slots__ = ("id", "cursor", "max_lines")
+    __slots__ = ("id", "cursor", "max_lines", "tail_lines", "since")
     ID_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     MAX_LINES_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
     id: str
     cursor: int
     max_lines: int
-    def __init__(self, id: _Optional[str] = ..., cursor: _Optional[int] = ..., max_lines: _Optional[int] = ...) -> None: ...
+    tail_lines: int
+    since: _time_pb2.Duration
+    def __init__(self, id: _Optional[str] = ..., cursor: _Optional[int] = ..., max_lines: _Optional[int] = ..., tail_lines: _Optional[int] = ..., since: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class GetTaskLogsResponse(_message.Message):
     __slots__ = ("lines", "next_cursor", "finished")

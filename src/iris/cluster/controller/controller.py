@@ -23,10 +23,9 @@ from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
-from iris.cluster.controller.feasibility import demand_from_request, never_servable_reason
+from iris.cluster.controller.feasibility import demand_from_request, describe_demand, never_servable_reason
 from iris.cluster.controller.launch import inherit_from_parent, job_id_for
 from iris.cluster.controller.samples import ClusterSamples
-from iris.cluster.controller.scheduling_types import Resources
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
@@ -143,8 +142,8 @@ class Controller:
             if action == ExistingJobAction.KILL_AND_REPLACE:
                 self.terminate_job(job_id, "replaced by a new submission of the same name")
             self.store.delete_job_tree(job_id)
-        if self.autoscaler is not None:
-            self._refuse_never_servable(job_id, request)
+        # Reads every healthy worker: off the event loop, like the job's creation.
+        await asyncio.to_thread(self._refuse_never_servable, job_id, request)
         if request.bundle_blob:
             request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
         if request.parent_job_id:
@@ -160,17 +159,12 @@ class Controller:
         return job_id
 
     def _refuse_never_servable(self, job_id: str, request: pb.LaunchJobRequest) -> None:
-        assert self.autoscaler is not None
         demand = demand_from_request(job_id, request)
         gang_size = max(1, request.replicas) if request.coscheduling.group_by else 1
-        totals = (
-            Resources(w.metadata.cpu_millicores, w.metadata.memory_bytes, w.metadata.disk_bytes)
-            for w in self.store.list_workers()
-            if w.state == pb.WORKER_STATE_HEALTHY
-        )
-        reason = never_servable_reason(demand, gang_size, self.autoscaler.groups.values(), totals)
+        groups = self.autoscaler.groups.values() if self.autoscaler is not None else ()
+        reason = never_servable_reason(demand, gang_size, groups, self.store.idle_capacities())
         if reason:
-            raise ValueError(f"job {job_id} asks for {demand.resources.describe()}: {reason}")
+            raise ValueError(f"job {job_id} asks for {describe_demand(demand)}: {reason}")
 
     def terminate_job(self, job_id: str, reason: str) -> list[str]:
         return self.core.terminate_job(job_id, reason)

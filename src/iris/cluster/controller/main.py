@@ -21,22 +21,14 @@ from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.dashboard import dashboard_routes
 from iris.cluster.controller.service import ControllerServiceImpl
-from iris.cluster.controller.settings import SCHEDULER_FALLBACK_INTERVAL_S, ControllerSettings
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
-from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits, limits_from_config
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name
-from iris.config import (
-    DEFAULT_CONTROLLER_PORT,
-    DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_WORKER_TIMEOUT,
-    ConfigError,
-    load_and_validate,
-)
+from iris.config import DEFAULT_CONTROLLER_PORT, ConfigError, load_and_validate
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc import config_pb2
 from iris.rpc.cluster_connect import ControllerServiceASGIApplication
 
 logger = logging.getLogger("iris.controller")
@@ -46,51 +38,33 @@ REQUEST_OVERHEAD_BYTES = 4 * 1024 * 1024
 
 
 class ControllerDaemon:
-    """The controller's store, loops and HTTP server, wired together."""
+    """The controller's store, loops and HTTP server, wired together from its settings."""
 
-    def __init__(
-        self,
-        state_dir: Path,
-        bundle_prefix: str,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL.seconds,
-        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT.seconds,
-        advertise_host: str | None = None,
-        scheduler_fallback_interval_s: float = SCHEDULER_FALLBACK_INTERVAL_S,
-        cluster_config: config_pb2.IrisClusterConfig | None = None,
-        config_path: str | None = None,
-        input_limits: InputLimits = DEFAULT_INPUT_LIMITS,
-    ):
-        if not bundle_prefix:
+    def __init__(self, settings: DaemonSettings):
+        if not settings.bundle_prefix:
             raise ValueError(
                 "storage.bundle_prefix is not configured: set it in the cluster config or pass --bundle-prefix "
                 "(for example file:///var/cache/iris/bundles or gs://bucket/iris/bundles)"
             )
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir = state_dir
-        self._sock = bind_socket(host, port)
-        self.url = url_for(self._sock, advertise_host)
-        self.store = ControllerStore(state_dir / "controller.sqlite3")
+        self.settings = settings
+        self.state_dir = settings.state_dir
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._sock = bind_socket(settings.host, settings.port)
+        self.url = url_for(self._sock, settings.advertise_host)
+        self.store = ControllerStore(self.state_dir / "controller.sqlite3")
         self.controller = Controller(
-            self.store,
-            BundleStore(bundle_prefix),
-            ControllerSettings(
-                advertised_address=self.url,
-                heartbeat_interval_s=heartbeat_interval_s,
-                worker_timeout_s=worker_timeout_s,
-                scheduler_fallback_interval_s=scheduler_fallback_interval_s,
-            ),
+            self.store, BundleStore(settings.bundle_prefix), settings.controller_settings(self.url)
         )
         self.platform = None
-        if cluster_config is not None and cluster_config.scale_groups:
-            self.platform = create_platform(cluster_config, state_dir, config_path)
+        config = settings.config
+        if config.scale_groups:
+            self.platform = create_platform(config, self.state_dir, settings.config_path)
             self.controller.autoscaler = Autoscaler(
-                self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
+                self.store, self.platform, config, self.url, self.controller.apply_effects_threadsafe
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, self.platform, input_limits),
-            read_max_bytes=input_limits.max_bundle_bytes + REQUEST_OVERHEAD_BYTES,
+            ControllerServiceImpl(self.controller, self.platform, settings.input_limits),
+            read_max_bytes=settings.input_limits.max_bundle_bytes + REQUEST_OVERHEAD_BYTES,
         )
         app = build_app(
             [service],
@@ -99,36 +73,6 @@ class ControllerDaemon:
             on_shutdown=self.controller.stop,
         )
         self._server = HttpServer(app, self._sock)
-
-    @classmethod
-    def from_config(
-        cls,
-        config: config_pb2.IrisClusterConfig,
-        state_dir: Path | None = None,
-        host: str | None = None,
-        port: int | None = None,
-        bundle_prefix: str | None = None,
-        config_path: str | None = None,
-        advertise_host: str | None = None,
-    ) -> ControllerDaemon:
-        local = config.controller.local if config.controller.WhichOneof("controller") == "local" else None
-        if state_dir is None:
-            state_dir = Path(local.state_dir if local and local.state_dir else f"~/.iris/{config.name}").expanduser()
-        if port is None:
-            port = _configured_port(config)
-        timeouts = config.defaults.timeouts
-        return cls(
-            state_dir=state_dir,
-            bundle_prefix=bundle_prefix or config.storage.bundle_prefix,
-            host=host or ("127.0.0.1" if local is not None else "0.0.0.0"),
-            port=port,
-            heartbeat_interval_s=timeouts.heartbeat_interval.milliseconds / 1000,
-            worker_timeout_s=timeouts.worker_timeout.milliseconds / 1000,
-            cluster_config=config,
-            config_path=config_path,
-            advertise_host=advertise_host,
-            input_limits=limits_from_config(config.limits),
-        )
 
     async def _health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "url": self.url})
@@ -153,12 +97,6 @@ class ControllerDaemon:
     def stop(self) -> None:
         self._server.stop()
         self.store.close()
-
-
-def _configured_port(config: config_pb2.IrisClusterConfig) -> int:
-    which = config.controller.WhichOneof("controller")
-    port = getattr(config.controller, which).port if which else 0
-    return port or DEFAULT_CONTROLLER_PORT
 
 
 @click.group()
@@ -186,15 +124,16 @@ def serve(
     try:
         load_from_env("controller")
         config = load_and_validate(config_path)
-        daemon = ControllerDaemon.from_config(
+        settings = DaemonSettings.from_config(
             config,
-            Path(state_dir).expanduser() if state_dir else None,
-            host,
-            port,
-            bundle_prefix,
-            str(Path(config_path).resolve()),
-            advertise_host,
+            state_dir=Path(state_dir) if state_dir else None,
+            host=host,
+            port=port,
+            bundle_prefix=bundle_prefix,
+            config_path=str(Path(config_path).resolve()),
+            advertise_host=advertise_host,
         )
+        daemon = ControllerDaemon(settings)
     except (ConfigError, ValueError, PortInUseError, PlatformError) as exc:
         raise click.ClickException(str(exc)) from None
     logger.info("controller serving on %s (state in %s)", daemon.url, daemon.state_dir)

@@ -175,7 +175,11 @@ class ControllerServiceImpl:
         max_lines = request.max_lines or DEFAULT_LOG_LINES
         if not 0 < max_lines <= 10 * DEFAULT_LOG_LINES:
             raise ValueError(f"max_lines must be between 1 and {10 * DEFAULT_LOG_LINES}")
-        lines, cursor, finished = self._store.read_logs(entity, request.cursor, max_lines)
+        if request.HasField("tail_lines") and request.tail_lines < 0:
+            raise ValueError("tail_lines must not be negative")
+        tail_lines = request.tail_lines if request.HasField("tail_lines") else None
+        since_ms = now_ms() - request.since.milliseconds if request.HasField("since") else None
+        lines, cursor, finished = self._store.read_logs(entity, request.cursor, max_lines, tail_lines, since_ms)
         return pb.GetTaskLogsResponse(lines=lines, next_cursor=cursor, finished=finished)
 
     @_rpc

@@ -77,19 +77,7 @@ class ControllerStore(StoreReads):
                     f"job {job_id} already exists ({state_label('job', existing['state'])}); "
                     "choose another name or kill it first"
                 )
-            root_submitted_ms = now_ms
-            if request.parent_job_id:
-                parent = db.execute(
-                    "SELECT state, root_submitted_at_ms FROM jobs WHERE job_id=?", (request.parent_job_id,)
-                ).fetchone()
-                if parent is None:
-                    raise NotFoundError(f"parent job {request.parent_job_id} not found")
-                if parent["state"] in TERMINAL_JOB_STATES:
-                    raise JobExistsError(
-                        f"parent job {request.parent_job_id} has already finished "
-                        f"({state_label('job', parent['state'])}); cannot add a child to it"
-                    )
-                root_submitted_ms = parent["root_submitted_at_ms"]
+            root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
             # A job and its tasks are born PENDING; their history starts with their first move.
             db.execute(
                 "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
@@ -106,32 +94,50 @@ class ControllerStore(StoreReads):
                     request.request_id or None,
                 ),
             )
-            previous = {
-                r["task_id"]: r["last_attempt"]
-                for r in db.execute(
-                    "SELECT task_id, last_attempt FROM deleted_task_attempts WHERE task_id>? AND task_id<?",
-                    (job_id + "/", job_id + "/\U0010ffff"),
-                )
-            }
-            db.executemany(
-                "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms,"
-                " current_attempt) VALUES (?,?,?,?,?,?,?)",
-                [
-                    (
-                        f"{job_id}/{i}",
-                        job_id,
-                        i,
-                        pb.TASK_STATE_PENDING,
-                        "waiting for the scheduler",
-                        now_ms,
-                        previous.get(f"{job_id}/{i}", -1),
-                    )
-                    for i in range(num_tasks)
-                ],
-            )
+            self._insert_tasks(db, job_id, num_tasks, now_ms)
         with self._lock:
             self._remember_request(job_id, stored)
         return Effects(wake_scheduler=True)
+
+    def _root_submitted_ms(self, db: sqlite3.Connection, parent_job_id: str) -> int:
+        """When the root of a new child's tree was submitted; the parent must exist and still live."""
+        parent = db.execute(
+            "SELECT state, root_submitted_at_ms FROM jobs WHERE job_id=?", (parent_job_id,)
+        ).fetchone()
+        if parent is None:
+            raise NotFoundError(f"parent job {parent_job_id} not found")
+        if parent["state"] in TERMINAL_JOB_STATES:
+            raise JobExistsError(
+                f"parent job {parent_job_id} has already finished "
+                f"({state_label('job', parent['state'])}); cannot add a child to it"
+            )
+        return parent["root_submitted_at_ms"]
+
+    def _insert_tasks(self, db: sqlite3.Connection, job_id: str, num_tasks: int, now_ms: int) -> None:
+        # A task of a deleted job's name continues from its last attempt id.
+        previous = {
+            r["task_id"]: r["last_attempt"]
+            for r in db.execute(
+                "SELECT task_id, last_attempt FROM deleted_task_attempts WHERE task_id>? AND task_id<?",
+                (job_id + "/", job_id + "/\U0010ffff"),
+            )
+        }
+        db.executemany(
+            "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms,"
+            " current_attempt) VALUES (?,?,?,?,?,?,?)",
+            [
+                (
+                    f"{job_id}/{i}",
+                    job_id,
+                    i,
+                    pb.TASK_STATE_PENDING,
+                    "waiting for the scheduler",
+                    now_ms,
+                    previous.get(f"{job_id}/{i}", -1),
+                )
+                for i in range(num_tasks)
+            ],
+        )
 
     def job_for_request(self, request_id: str) -> str | None:
         """The job a LaunchJob with this request id created, if it still exists."""
@@ -253,6 +259,24 @@ class ControllerStore(StoreReads):
                     )
                 )
         return demands, workers
+
+    def idle_capacities(self) -> list[WorkerCapacity]:
+        """Every healthy worker as if it ran nothing: what the cluster could hold at best.
+
+        Checked on every submission, so kept until a worker changes state or registers again."""
+        with self._read() as db:
+            if self._idle_capacities is None:
+                capacities = []
+                for w in db.execute(
+                    f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+                    f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
+                ):
+                    total, attributes, device = self._worker_offer(w)
+                    capacities.append(
+                        WorkerCapacity(w["worker_id"], total, total, attributes, device, device.count if device else 0)
+                    )
+                self._idle_capacities = capacities
+            return self._idle_capacities
 
     def _worker_offer(self, row: sqlite3.Row) -> tuple[Resources, dict[str, AttributeValue], Device | None]:
         """A worker's capacity, attributes and device, parsed once per registration: every

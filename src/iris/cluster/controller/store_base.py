@@ -1,6 +1,6 @@
 """The store's foundation: the SQLite connection and its transactions, the one mutation path,
-the launch-request cache, and the persistence of reconcile's decisions (with the job-state
-derivation they trigger).
+the launch-request cache, and the persistence of the pure layers' decisions: reconcile's (attempts
+and tasks) and job_tree's (a job's derived state, the kills its end or termination cascades to).
 
 Every state change goes through `_set_state()`, which checks the entity's transition table,
 records the move (time, reason, the event that caused it) in the history table and writes the row
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris import chaos
-from iris.cluster.controller import reconcile, render
+from iris.cluster.controller import job_tree, reconcile, render
 from iris.cluster.controller.reconcile import (
     AttemptChange,
     AttemptKey,
@@ -36,20 +36,18 @@ from iris.cluster.controller.scheduling_types import (
     Device,
     Resources,
     TaskDemand,
+    WorkerCapacity,
 )
 from iris.cluster.controller.schema import migrate
 from iris.cluster.controller.transitions import (
-    JOB_TRANSITIONS,
     InvalidTransitionError,
     check_transition,
-    derive_job_state,
     state_label,
 )
 from iris.cluster.types import (
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
     AttributeValue,
-    task_state_name,
 )
 from iris.rpc import cluster_pb2 as pb
 
@@ -135,6 +133,9 @@ class StoreBase:
         self._worker_offers: dict[
             str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]
         ] = {}
+        # Healthy workers' capacities for the submit-time feasibility check; dropped when a
+        # worker changes state or registers again (its offer may have changed).
+        self._idle_capacities: list[WorkerCapacity] | None = None
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         with self._write("migrate", self._path):
@@ -194,6 +195,8 @@ class StoreBase:
         with its reason and cause, and write the row with its companion columns."""
         keys = (key,) if isinstance(key, str) else tuple(key)
         entity_id = "#".join(str(k) for k in keys)
+        if kind == "worker" and (old != new or "metadata" in columns):
+            self._idle_capacities = None
         if old != new:
             try:
                 check_transition(kind, entity_id, old, new)
@@ -241,23 +244,33 @@ class StoreBase:
         )
 
     def _kill_job_tree(self, job_id: str, reason: str, now_ms: int, effects: Effects) -> list[str]:
-        changed = []
-        row = self._conn.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-        if row["state"] not in TERMINAL_JOB_STATES:
-            changed.append(job_id)
-            self._kill_tasks(job_id, reason, now_ms, effects)
+        """Kill a job and its live descendants; the ids of the jobs that changed."""
+        states, children = self._job_tree(job_id)
+        return self._persist_tree_kill(job_tree.plan_tree_kill([job_id], reason, states, children), now_ms, effects)
+
+    def _job_tree(self, job_id: str) -> tuple[dict[str, int], dict[str, list[str]]]:
+        """The states of a job and its descendants, and each one's children (in submission order)."""
+        rows = self._conn.execute(
+            "SELECT job_id, state, parent_job_id FROM jobs WHERE job_id=? OR (job_id>? AND job_id<?)"
+            " ORDER BY submitted_at_ms, job_id",
+            (job_id, job_id + "/", job_id + "/\U0010ffff"),
+        ).fetchall()
+        states = {row["job_id"]: row["state"] for row in rows}
+        children: dict[str, list[str]] = {}
+        for row in rows:
+            if row["parent_job_id"] in states:
+                children.setdefault(row["parent_job_id"], []).append(row["job_id"])
+        return states, children
+
+    def _persist_tree_kill(self, kills: list[job_tree.JobKill], now_ms: int, effects: Effects) -> list[str]:
+        for kill in kills:
+            self._kill_tasks(kill.job_id, kill.reason, now_ms, effects)
             self._set_state(
-                "job", job_id, row["state"], pb.JOB_STATE_KILLED, reason, now_ms,
-                finished_at_ms=now_ms, error=Sql("CASE WHEN error='' THEN ? ELSE error END", (reason,)),
+                "job", kill.job_id, kill.old, pb.JOB_STATE_KILLED, kill.reason, now_ms,
+                finished_at_ms=now_ms, error=Sql("CASE WHEN error='' THEN ? ELSE error END", (kill.reason,)),
             )  # fmt: skip
-            self._demand_templates.pop(job_id, None)
-        for child in self._conn.execute(
-            "SELECT job_id FROM jobs WHERE parent_job_id=?", (job_id,)
-        ).fetchall():
-            changed += self._kill_job_tree(
-                child["job_id"], f"parent job {job_id} ended: {reason}", now_ms, effects
-            )
-        return changed
+            self._demand_templates.pop(kill.job_id, None)
+        return [kill.job_id for kill in kills]
 
     def _kill_tasks(self, job_id: str, reason: str, now_ms: int, effects: Effects) -> None:
         tasks = [
@@ -273,58 +286,44 @@ class StoreBase:
             self._persist(reconcile.on_kill(tasks, reason, snapshot), now_ms, effects)
 
     def _refresh_job(self, job_id: str, now_ms: int, effects: Effects) -> None:
-        """Derive the job's state from its tasks and apply it; a failed job kills what remains."""
-        job = self._conn.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-        if job["state"] in TERMINAL_JOB_STATES:
+        """Derive the job's state from its tasks and persist it with what its end implies."""
+        row = self._conn.execute("SELECT state, started_at_ms FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if row["state"] in TERMINAL_JOB_STATES:
             return
-        tasks = self._conn.execute(
-            "SELECT task_id, state, exit_code, error FROM tasks WHERE job_id=? ORDER BY task_index", (job_id,)
-        ).fetchall()
-        failed = next(
-            (
-                t
-                for t in tasks
-                if t["state"]
-                in (pb.TASK_STATE_FAILED, pb.TASK_STATE_WORKER_FAILED, pb.TASK_STATE_UNSCHEDULABLE)
-            ),
-            None,
-        )
-        detail = (
-            f"task {failed['task_id']} {task_state_name(failed['state'])}: {failed['error']}"
-            if failed
-            else ""
-        )
         request = self.request_for(job_id)
-        # A gang runs as one program: one member failing for good ends it, whatever the budget says.
-        tolerated = 0 if request.coscheduling.group_by else request.max_task_failures
-        outcome = derive_job_state(job["state"], [t["state"] for t in tasks], tolerated, detail)
-        if outcome.state == job["state"]:
+        job = job_tree.JobRecord(
+            job_id,
+            row["state"],
+            row["started_at_ms"],
+            0 if request.coscheduling.group_by else request.max_task_failures,
+        )
+        tasks = [
+            job_tree.TaskOutcomeRecord(t["task_id"], t["state"], t["exit_code"], t["error"], t["started_at_ms"])
+            for t in self._conn.execute(
+                "SELECT task_id, state, exit_code, error, started_at_ms FROM tasks WHERE job_id=? ORDER BY task_index",
+                (job_id,),
+            )
+        ]
+        update = job_tree.decide_job_update(job, tasks, now_ms)
+        if update is not None:
+            self._persist_job_update(update, now_ms, effects)
+
+    def _persist_job_update(self, update: job_tree.JobUpdate, now_ms: int, effects: Effects) -> None:
+        if not update.finished:
+            self._set_state(
+                "job", update.job_id, update.old, update.new, update.reason, now_ms, started_at_ms=update.started_at_ms
+            )
             return
-        reason = outcome.reason or JOB_TRANSITIONS[job["state"]][outcome.state]
-        started = job["started_at_ms"]
-        if started is None and outcome.state in (pb.JOB_STATE_BUILDING, pb.JOB_STATE_RUNNING):
-            started = now_ms
-        if outcome.state not in TERMINAL_JOB_STATES:
-            self._set_state("job", job_id, job["state"], outcome.state, reason, now_ms, started_at_ms=started)
-            return
-        if started is None:
-            # Tasks can finish between two heartbeats without ever being seen running.
-            started = self._conn.execute(
-                "SELECT MIN(started_at_ms) FROM tasks WHERE job_id=?", (job_id,)
-            ).fetchone()[0]
-        succeeded = outcome.state == pb.JOB_STATE_SUCCEEDED
         self._set_state(
-            "job", job_id, job["state"], outcome.state, reason, now_ms,
-            started_at_ms=started, finished_at_ms=now_ms, error="" if succeeded else detail,
-            exit_code=failed["exit_code"] if failed and not succeeded else 0,
+            "job", update.job_id, update.old, update.new, update.reason, now_ms,
+            started_at_ms=update.started_at_ms, finished_at_ms=now_ms, error=update.error, exit_code=update.exit_code,
         )  # fmt: skip
-        self._demand_templates.pop(job_id, None)
-        if not succeeded:
-            self._kill_tasks(job_id, f"job ended: {detail}", now_ms, effects)
-        for child in self._conn.execute(
-            "SELECT job_id FROM jobs WHERE parent_job_id=?", (job_id,)
-        ).fetchall():
-            self._kill_job_tree(child["job_id"], f"parent job {job_id} finished", now_ms, effects)
+        self._demand_templates.pop(update.job_id, None)
+        if update.kill_tasks_reason:
+            self._kill_tasks(update.job_id, update.kill_tasks_reason, now_ms, effects)
+        states, children = self._job_tree(update.job_id)
+        kills = job_tree.plan_tree_kill(children.get(update.job_id, []), update.kill_children_reason, states, children)
+        self._persist_tree_kill(kills, now_ms, effects)
 
     # ------------------------------------------------------------ applying decisions
 

@@ -246,9 +246,13 @@ class StoreReads(StoreBase):
     # ------------------------------------------------------------ logs
 
     def read_logs(
-        self, entity_id: str, cursor: int, max_lines: int
+        self, entity_id: str, cursor: int, max_lines: int, tail_lines: int | None = None, since_ms: int | None = None
     ) -> tuple[list[pb.TaskLogLine], int, bool]:
-        """Lines after `cursor` for a job (all its tasks) or one task, and whether more can arrive."""
+        """Lines after `cursor` for a job (all its tasks) or one task, and whether more can arrive.
+
+        `tail_lines` keeps only the last N of those lines, `since_ms` only those written at or after
+        that time: either moves the start forward (the later wins), so a long log is never read
+        whole to show its end."""
         with self._read() as db:
             job = db.execute("SELECT state FROM jobs WHERE job_id=?", (entity_id,)).fetchone()
             if job is not None:
@@ -266,11 +270,12 @@ class StoreReads(StoreBase):
                 open_attempts = db.execute(
                     "SELECT COUNT(*) FROM attempts WHERE task_id=? AND logs_complete=0", (entity_id,)
                 ).fetchone()[0]
+            start = _log_start(db, column, entity_id, cursor, tail_lines, since_ms)
             rows = db.execute(
                 f"SELECT * FROM task_logs WHERE {column}=? AND id>? ORDER BY id LIMIT ?",
-                (entity_id, cursor, max_lines),
+                (entity_id, start, max_lines),
             ).fetchall()
-        next_cursor = rows[-1]["id"] if rows else cursor
+        next_cursor = rows[-1]["id"] if rows else start
         finished = terminal and open_attempts == 0 and len(rows) < max_lines
         return [render.log_line(r) for r in rows], next_cursor, finished
 
@@ -308,3 +313,28 @@ class StoreReads(StoreBase):
                 (prefix, prefix + "\U0010ffff"),
             ).fetchall()
         return [render.endpoint(r) for r in rows]
+
+
+def _log_start(
+    db: sqlite3.Connection, column: str, entity_id: str, cursor: int, tail_lines: int | None, since_ms: int | None
+) -> int:
+    """The cursor after which the lines `tail_lines` and `since_ms` ask for begin."""
+    start = cursor
+    if tail_lines is not None:
+        # The line just before the last N: what follows it is exactly the last N.
+        before = db.execute(
+            f"SELECT id FROM task_logs WHERE {column}=? AND id>? ORDER BY id DESC LIMIT 1 OFFSET ?",
+            (entity_id, cursor, tail_lines),
+        ).fetchone()
+        if before is not None:
+            start = max(start, before["id"])
+    if since_ms is not None:
+        first, last = db.execute(
+            f"SELECT MIN(CASE WHEN ts_ms>=? THEN id END), MAX(id) FROM task_logs WHERE {column}=? AND id>?",
+            (since_ms, entity_id, cursor),
+        ).fetchone()
+        if first is not None:
+            start = max(start, first - 1)
+        elif last is not None:
+            start = max(start, last)  # nothing that recent: start after the end
+    return start

@@ -14,14 +14,13 @@ from starlette.routing import Route
 
 from iris.chaos import load_from_env
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
-from iris.cluster.limits import DEFAULT_INPUT_LIMITS, limits_from_config
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
 from iris.cluster.worker.service import WorkerServiceImpl
+from iris.cluster.worker.settings import WorkerDaemonSettings
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.config import (
-    DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_KILL_GRACE_PERIOD,
     DEFAULT_WORKER_PORT,
     ConfigError,
@@ -34,11 +33,6 @@ from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 logger = logging.getLogger("iris.worker")
 
 RUNTIMES = ("process", "docker", "containerd", "kubernetes")
-
-
-def normalize_address(address: str) -> str:
-    address = address.strip().rstrip("/")
-    return address if "://" in address else f"http://{address}"
 
 
 def create_runtime(name: str, state_dir: Path) -> ContainerRuntime:
@@ -95,8 +89,17 @@ def cli() -> None:
 @click.option("--host", default="0.0.0.0", show_default=True, help="Interface to listen on.")
 @click.option("--port", type=int, default=None, help=f"Port to listen on (default {DEFAULT_WORKER_PORT}; 0 picks one).")
 @click.option("--advertise-host", help="Host name or IP the controller should use to reach this worker.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), help="Bundle cache and task work dirs.")
-@click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help="How tasks run (default: process).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    help="Bundle cache and task work dirs (default: the config's bootstrap.cache_dir, else a local cluster's).",
+)
+@click.option(
+    "--runtime",
+    type=click.Choice(RUNTIMES),
+    default=None,
+    help="How tasks run (default: the config's bootstrap.runtime; process without a config).",
+)
 @click.option("--task-image", help="Image task containers run in (default: the config's bootstrap.task_image).")
 @click.option("--worker-id", help="Stable id for this worker (default: <hostname>:<port>).")
 @click.option("--attribute", "attributes", multiple=True, help="KEY=VALUE attribute to report; repeatable.")
@@ -131,27 +134,26 @@ def serve(
 ) -> None:
     """Register with the controller and run the tasks it sends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    bootstrap = None
-    input_limits = DEFAULT_INPUT_LIMITS
-    kill_grace_s, heartbeat_s = DEFAULT_KILL_GRACE_PERIOD.seconds, DEFAULT_HEARTBEAT_INTERVAL.seconds
+    config = None
     if config_path:
         try:
             config = load_and_validate(config_path)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
-        bootstrap = config.defaults.bootstrap
-        input_limits = limits_from_config(config.limits)
-        kill_grace_s = config.defaults.timeouts.kill_grace_period.milliseconds / 1000
-        heartbeat_s = config.defaults.timeouts.heartbeat_interval.milliseconds / 1000
-    controller_address = controller_address or (bootstrap.controller_address if bootstrap else "")
-    if not controller_address:
-        raise click.UsageError("give --controller-address or a config whose bootstrap sets controller_address")
-    if port is None:
-        port = bootstrap.worker_port if bootstrap and bootstrap.worker_port else DEFAULT_WORKER_PORT
-    runtime_name = runtime or (bootstrap.runtime if bootstrap and bootstrap.runtime else "process")
-    cache = Path(cache_dir or (bootstrap.cache_dir if bootstrap and bootstrap.cache_dir else "~/.cache/iris")).expanduser()
-    if kill_grace is not None:
-        kill_grace_s = kill_grace
+    try:
+        options = WorkerDaemonSettings.from_config(
+            config,
+            controller_address=controller_address,
+            host=host,
+            port=port,
+            runtime=runtime,
+            cache_dir=cache_dir,
+            kill_grace_s=kill_grace,
+            task_image=task_image,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    cache = options.cache_dir
     try:
         memory_bytes = parse_size(memory) if memory else None
     except ValueError as exc:
@@ -161,17 +163,17 @@ def serve(
         device = _device_from_flags(tpu_variant, gpu_spec)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    container_runtime = create_runtime(runtime_name, cache / "runtime")
+    container_runtime = create_runtime(options.runtime, cache / "runtime")
     reported = _parse_attributes(attributes)
     if slice_id:
         reported[ATTR_SLICE_ID] = slice_id
-    metadata = probe(cache, runtime_name, cpu, memory_bytes, reported, device)
+    metadata = probe(cache, options.runtime, cpu, memory_bytes, reported, device)
     if advertise_host:
         # The host's name may not resolve to where others reach it; a gang's peer list
         # (TPU_WORKER_HOSTNAMES) must name the address the controller was told.
         metadata.ip_address = advertise_host
     try:
-        sock = bind_socket(host, port)
+        sock = bind_socket(options.host, options.port)
     except PortInUseError as exc:
         raise click.ClickException(f"{exc}; pass --port 0 to pick a free port") from None
     bound_port = sock.getsockname()[1]
@@ -179,13 +181,13 @@ def serve(
     settings = WorkerSettings(
         worker_id=worker_id or f"{socket.gethostname()}:{bound_port}",
         address=address,
-        controller_address=normalize_address(controller_address),
+        controller_address=options.controller_address,
         cache_dir=cache,
         metadata=metadata,
-        kill_grace_s=kill_grace_s,
-        task_image=task_image or (bootstrap.task_image if bootstrap else ""),
-        reregister_after_s=max(3 * heartbeat_s, 15.0),
-        input_limits=input_limits,
+        kill_grace_s=options.kill_grace_s,
+        task_image=options.task_image,
+        reregister_after_s=options.reregister_after_s,
+        input_limits=options.input_limits,
     )
     try:
         load_from_env(settings.worker_id)
@@ -204,7 +206,7 @@ def serve(
     )
     server = HttpServer(app, sock)
     worker.start()
-    logger.info("worker %s serving on %s (runtime %s)", settings.worker_id, address, runtime_name)
+    logger.info("worker %s serving on %s (runtime %s)", settings.worker_id, address, options.runtime)
     print(f"IRIS_WORKER_READY {address}", flush=True)
     server.serve_forever()
 

@@ -24,8 +24,9 @@ from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
+from iris.cluster.worker.settings import reregister_delay_s
 from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
-from iris.config import DEFAULT_KILL_GRACE_PERIOD
+from iris.config import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync
 from iris.time import ExponentialBackoff
@@ -49,7 +50,7 @@ class WorkerSettings:
     kill_grace_s: float = DEFAULT_KILL_GRACE_PERIOD.seconds
     task_image: str = ""
     # Re-register when no heartbeat arrived for this long.
-    reregister_after_s: float = 30.0
+    reregister_after_s: float = reregister_delay_s(DEFAULT_HEARTBEAT_INTERVAL.seconds)
     extra_env: dict[str, str] = field(default_factory=dict)
     # The cluster's limits; a worker unpacks only the bundles its controller accepts.
     input_limits: InputLimits = DEFAULT_INPUT_LIMITS
