@@ -77,12 +77,15 @@ def test_never_servable_reason_no_groups_constraint_no_worker_satisfies_is_refus
     assert "no worker satisfies constraint pool=nowhere" in reason
 
 
-def test_never_servable_reason_gang_larger_than_any_slice_of_workers_is_refused() -> None:
+def test_never_servable_reason_gang_larger_than_registered_workers_waits_for_more() -> None:
+    """The rest of the gang's workers may still be registering (a controller just restarted)."""
     gang = TaskDemand("", "/g", Resources(1000, GIB, 0), gang_group_by="tpu-name")
     workers = [idle_worker(f"s-{i}", **{"tpu-name": "s"}) for i in range(2)]
 
-    assert never_servable_reason(gang, 2, [], workers) == ""
-    assert "gang of 4" in never_servable_reason(gang, 4, [], workers)
+    assert never_servable_reason(gang, 4, [], workers) == ""
+    too_big = TaskDemand("", "/g", Resources(64000, GIB, 0), gang_group_by="tpu-name")
+    reason = never_servable_reason(too_big, 4, [], workers)
+    assert reason.startswith("no worker of this cluster can ever run it (no worker is large enough: the task needs 64 cpu")
 
 
 def test_never_servable_reason_no_groups_and_no_workers_yet_refuses_nothing() -> None:

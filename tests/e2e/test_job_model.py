@@ -72,17 +72,14 @@ def test_tpu_gang_runs_one_task_per_host_of_one_slice(client):
     assert lines == [f"{i} {i} {slice_name} 4 tpu,cpu" for i in range(4)]
 
 
-def test_gang_larger_than_any_slice_refused_at_submit_while_small_jobs_run(client):
-    with pytest.raises(InvalidRequestError) as raised:
-        client.submit(
-            Entrypoint.from_command("true"),
-            name="gang-of-5",
-            replicas=5,
-            coscheduling=CoschedulingConfig("tpu-name"),
-            resources=ResourceSpec(cpu=1, memory="100MB"),
-        )
-    assert "gang of 5 needs 5 workers sharing one 'tpu-name'; the largest group of suitable workers has 4" in (
-        str(raised.value)
+def test_gang_that_fits_nowhere_stays_pending_with_reason_while_small_jobs_run(client):
+    """Workers may still be registering, so a gang too big for those registered waits, saying why."""
+    gang = client.submit(
+        Entrypoint.from_command("true"),
+        name="gang-of-5",
+        replicas=5,
+        coscheduling=CoschedulingConfig("tpu-name"),
+        resources=ResourceSpec(cpu=1, memory="100MB"),
     )
     small = [
         client.submit(Entrypoint.from_command("true"), name=f"small-{i}", resources=ResourceSpec(cpu=1, memory="100MB"))
@@ -90,6 +87,12 @@ def test_gang_larger_than_any_slice_refused_at_submit_while_small_jobs_run(clien
     ]
     for job in small:
         assert job.wait(timeout=60).state == pb.JOB_STATE_SUCCEEDED
+    status = gang.status()
+    assert status.state == pb.JOB_STATE_PENDING
+    assert "gang of 5 needs 5 workers sharing one 'tpu-name'; the largest group of suitable workers has 4" in (
+        status.pending_reason
+    )
+    gang.terminate()
 
 
 def test_constraint_places_tasks_only_on_matching_workers(client):

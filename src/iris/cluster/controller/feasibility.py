@@ -54,7 +54,9 @@ def never_servable_reason(
             return ""
         group_reasons.append(f"{group.name}: {why}")
     if idle_workers:
-        why = idle_workers_cannot_hold(demand, gang_size, idle_workers)
+        # Workers register one by one (a cluster starting, a controller restarted), so a gang may
+        # be waiting for its peers: registered workers rule out only what one task needs.
+        why = idle_workers_cannot_hold(dataclasses.replace(demand, gang_group_by=""), 1, idle_workers)
         if not why:
             return ""
         if not group_reasons:
