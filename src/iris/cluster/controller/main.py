@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
 import click
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES
 from iris.chaos import load_from_env
+from iris.cluster.auth.server import RequireToken
+from iris.cluster.auth.tokens import TASK_TOKEN_TTL_S, WORKER_TOKEN_TTL_S, Identity, Role, TokenVerifier
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
@@ -62,6 +65,7 @@ class ControllerDaemon:
         cluster_config: config_pb2.IrisClusterConfig | None = None,
         config_path: str | None = None,
         input_limits: InputLimits = DEFAULT_INPUT_LIMITS,
+        auth: config_pb2.AuthConfig | None = None,
     ):
         if not bundle_prefix:
             raise ValueError(
@@ -73,6 +77,11 @@ class ControllerDaemon:
         self._sock = bind_socket(host, port)
         self.url = url_for(self._sock, advertise_host)
         self.store = ControllerStore(state_dir / "controller.sqlite3")
+        auth = auth if auth is not None else (cluster_config.auth if cluster_config is not None else None)
+        self.tokens = TokenVerifier.from_config(auth, state_dir / "auth" / "jwt_hmac.key") if auth and auth.mode else None
+        if self.tokens is not None and not self.tokens.enabled:
+            self.tokens = None
+        self._require_token = RequireToken(self.tokens) if self.tokens is not None else None
         self.controller = Controller(
             self.store,
             BundleStore(bundle_prefix),
@@ -82,15 +91,23 @@ class ControllerDaemon:
                 worker_timeout_s=worker_timeout_s,
                 scheduler_fallback_interval_s=scheduler_fallback_interval_s,
             ),
+            task_token=self._task_token if self.tokens is not None else None,
         )
         self.platform = None
         if cluster_config is not None and cluster_config.scale_groups:
             self.platform = create_platform(cluster_config, state_dir, config_path)
             self.controller.autoscaler = Autoscaler(
-                self.store, self.platform, cluster_config, self.url, self.controller.apply_effects_threadsafe
+                self.store,
+                self.platform,
+                cluster_config,
+                self.url,
+                self.controller.apply_effects_threadsafe,
+                worker_token=self.worker_token(),
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform, input_limits), read_max_bytes=MAX_REQUEST_BYTES
+            ControllerServiceImpl(self.controller, DEFAULT_MAX_BUNDLE_BYTES, self.platform, input_limits, self.tokens),
+            read_max_bytes=MAX_REQUEST_BYTES,
+            interceptors=[self._require_token] if self._require_token is not None else [],
         )
         app = build_app(
             [service],
@@ -132,7 +149,20 @@ class ControllerDaemon:
     async def _health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "url": self.url})
 
-    async def _metrics(self, request: Request) -> PlainTextResponse:
+    def worker_token(self) -> str:
+        """A token for the workers this controller starts; empty when auth is off."""
+        if self.tokens is None:
+            return ""
+        return self.tokens.issue(Identity("worker", Role.WORKER), int(time.time()), WORKER_TOKEN_TTL_S)[0]
+
+    def _task_token(self, owner: str) -> str:
+        return self.tokens.issue(Identity(owner, Role.USER), int(time.time()), TASK_TOKEN_TTL_S)[0]
+
+    async def _metrics(self, request: Request) -> Response:
+        if self._require_token is not None:
+            refusal = self._require_token.refuse_http(request)
+            if refusal is not None:
+                return refusal
         jobs, workers = self.store.count_by_state()
         lines = ["# TYPE iris_jobs gauge"]
         lines += [f'iris_jobs{{state="{job_state_name(state)}"}} {n}' for state, n in sorted(jobs.items())]

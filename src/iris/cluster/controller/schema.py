@@ -196,6 +196,12 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     ALTER TABLE jobs ADD COLUMN request_id TEXT;
     CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;
     """,
+    # 9: auth: who launched each job (a user may only kill or delete their own job tree), and the
+    # secret each worker asked the controller to present when calling it
+    """
+    ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    ALTER TABLE workers ADD COLUMN callback_token TEXT NOT NULL DEFAULT '';
+    """,
 ]
 
 

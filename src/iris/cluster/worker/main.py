@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from iris.chaos import load_from_env
+from iris.cluster import task_env
+from iris.cluster.auth.server import RequireCallbackToken
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
@@ -183,6 +186,8 @@ def serve(
         kill_grace_s=kill_grace_s,
         task_image=task_image or (bootstrap.task_image if bootstrap else ""),
         reregister_after_s=max(3 * heartbeat_s, 15.0),
+        # Taken out of the environment so that nothing the worker starts inherits it.
+        token=os.environ.pop(task_env.WORKER_TOKEN, ""),
     )
     worker = Worker(settings, container_runtime)
 
@@ -192,8 +197,11 @@ def serve(
     async def on_shutdown() -> None:
         worker.stop(kill_tasks=True)
 
+    interceptors = [RequireCallbackToken(worker.callback_token)] if worker.callback_token else []
     app = build_app(
-        [WorkerServiceASGIApplication(WorkerServiceImpl(worker))], [Route("/health", health)], on_shutdown=on_shutdown
+        [WorkerServiceASGIApplication(WorkerServiceImpl(worker), interceptors=interceptors)],
+        [Route("/health", health)],
+        on_shutdown=on_shutdown,
     )
     server = HttpServer(app, sock)
     worker.start()

@@ -10,12 +10,14 @@ the next heartbeat comes at once instead of at the next tick.
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris.client.credentials import bearer_interceptors
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.ports import PortAllocator
@@ -46,6 +48,8 @@ class WorkerSettings:
     # Re-register when no heartbeat arrived for this long.
     reregister_after_s: float = 30.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The worker token from bootstrap, when the cluster has auth on.
+    token: str = field(default="", repr=False)
 
 
 class Worker:
@@ -65,7 +69,11 @@ class Worker:
             task_image=settings.task_image,
             on_change=self._attempt_changed,
         )
-        self._controller = ControllerServiceClientSync(settings.controller_address, send_compression=None)
+        self._controller = ControllerServiceClientSync(
+            settings.controller_address, send_compression=None, interceptors=bearer_interceptors(settings.token)
+        )
+        # With auth on, the controller must show this secret to call the worker (see register).
+        self.callback_token = secrets.token_urlsafe(32) if settings.token else ""
         self._last_heartbeat = time.monotonic()
         self._registered = threading.Event()
         self._notify = threading.Event()
@@ -107,7 +115,10 @@ class Worker:
     def _register_once(self) -> None:
         self._controller.register(
             pb.RegisterRequest(
-                worker_id=self.settings.worker_id, address=self.settings.address, metadata=self.settings.metadata
+                worker_id=self.settings.worker_id,
+                address=self.settings.address,
+                metadata=self.settings.metadata,
+                callback_token=self.callback_token,
             ),
             timeout_ms=10_000,
         )
