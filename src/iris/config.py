@@ -640,26 +640,29 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
 
 def _validate_auth(source: str, auth: config_pb2.AuthConfig) -> None:
     # Imported here: the auth package reads configs, and config must not import it at load time.
-    from iris.cluster.auth.tokens import AuthMode, check_user_name, parse_mode, parse_role
+    from iris.cluster.auth.tokens import AuthMode, check_user_name, parse_mode, parse_role, static_token_digest
 
     try:
         mode = parse_mode(auth.mode)
     except ValueError as exc:
         raise ConfigError(source, "auth.mode", str(exc)) from None
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     for index, entry in enumerate(auth.static_tokens):
         path = f"auth.static_tokens[{index}]"
         # A problem with a token is described, never quoted: config errors end up in logs.
-        if len(entry.token) < 16:
+        if bool(entry.token) == bool(entry.token_sha256):
+            raise ConfigError(source, path, "give exactly one of token and token_sha256")
+        if entry.token and len(entry.token) < 16:
             raise ConfigError(source, f"{path}.token", "must be at least 16 characters (use a random string)")
-        if entry.token in seen:
-            raise ConfigError(source, f"{path}.token", "is the same as an earlier token")
-        seen.add(entry.token)
         try:
             check_user_name(entry.user)
             parse_role(entry.role)
+            digest = static_token_digest(entry)
         except ValueError as exc:
             raise ConfigError(source, path, str(exc)) from None
+        if digest in seen:
+            raise ConfigError(source, path, "has the same token as an earlier entry")
+        seen.add(digest)
     if mode is not AuthMode.NONE and not auth.static_tokens:
         raise ConfigError(
             source,

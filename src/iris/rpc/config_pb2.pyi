@@ -367,14 +367,16 @@ class ScaleGroupConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., min_slices: _Optional[int] = ..., max_slices: _Optional[int] = ..., priority: _Optional[int] = ..., zones: _Optional[_Iterable[str]] = ..., slice_template: _Optional[_Union[SliceConfig, _Mapping]] = ..., resources: _Optional[_Union[ScaleGroupResources, _Mapping]] = ...) -> None: ...
 
 class StaticToken(_message.Message):
-    __slots__ = ("token", "user", "role")
+    __slots__ = ("token", "user", "role", "token_sha256")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_SHA256_FIELD_NUMBER: _ClassVar[int]
     token: str
     user: str
     role: str
-    def __init__(self, token: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    token_sha256: str
+    def __init__(self, token: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., token_sha256: _Optional[str] = ...) -> None: ...
 
 class AuthConfig(_message.Message):
     __slots__ = ("mode", "static_tokens", "jwt_key_file", "session_ttl")

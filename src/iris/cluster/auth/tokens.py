@@ -72,6 +72,23 @@ def check_user_name(user: str) -> None:
         )
 
 
+def token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def static_token_digest(entry: config_pb2.StaticToken) -> bytes:
+    """The digest a configured token is known by, from `token` or `token_sha256`."""
+    if entry.token:
+        return token_digest(entry.token)
+    try:
+        digest = bytes.fromhex(entry.token_sha256)
+    except ValueError:
+        digest = b""
+    if len(digest) != hashlib.sha256().digest_size:
+        raise ValueError(f"token_sha256 of {entry.user} is not 64 hex digits (printf %s TOKEN | sha256sum)")
+    return digest
+
+
 def parse_role(text: str) -> Role:
     try:
         return Role(text.strip().lower())
@@ -156,14 +173,15 @@ class TokenVerifier:
         self,
         mode: AuthMode,
         key: bytes,
-        static_tokens: Iterable[tuple[str, Identity]] = (),
+        static_tokens: Iterable[tuple[bytes, Identity]] = (),
         session_ttl_s: int = DEFAULT_SESSION_TTL_S,
     ):
         self.mode = mode
         self.session_ttl_s = session_ttl_s
         self._key = key
-        # Looked up by digest so that the lookup's timing says nothing about the table's tokens.
-        self._static = {hashlib.sha256(token.encode()).digest(): identity for token, identity in static_tokens}
+        # Keyed by SHA-256 digest: the lookup's timing says nothing about the table's tokens, and
+        # a config may name a token by its digest alone.
+        self._static = dict(static_tokens)
 
     @classmethod
     def from_config(cls, auth: config_pb2.AuthConfig, default_key_path: Path) -> TokenVerifier:
@@ -172,7 +190,7 @@ class TokenVerifier:
         static = []
         for entry in auth.static_tokens:
             check_user_name(entry.user)
-            static.append((entry.token, Identity(entry.user, parse_role(entry.role))))
+            static.append((static_token_digest(entry), Identity(entry.user, parse_role(entry.role))))
         ttl = auth.session_ttl.milliseconds // 1000 if auth.session_ttl.milliseconds else DEFAULT_SESSION_TTL_S
         return cls(mode, load_or_create_key(key_path), static, ttl)
 
@@ -181,7 +199,7 @@ class TokenVerifier:
         return self.mode is not AuthMode.NONE
 
     def _static_identity(self, token: str) -> Identity | None:
-        return self._static.get(hashlib.sha256(token.encode()).digest())
+        return self._static.get(token_digest(token))
 
     def identify(self, token: str, now_s: int) -> Identity:
         """The caller a request's bearer token names; InvalidTokenError when it names nobody."""
