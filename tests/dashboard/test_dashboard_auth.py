@@ -42,14 +42,14 @@ def test_dashboard_without_a_token_asks_for_one_then_shows_the_jobs(cluster: Loc
     page.fill("#login input[name=token]", ALICE_TOKEN)
     page.click("#login button")
 
-    expect(page.get_by_text(f"/{JOB_NAME}").first).to_be_visible()
+    expect(page.get_by_text(JOB_NAME).first).to_be_visible()
     assert not page.page_errors
 
 
 def test_dashboard_token_in_the_address_is_kept_and_taken_out_of_the_address(cluster: LocalCluster, page) -> None:
     page.goto(f"{cluster.url}/?token={ALICE_TOKEN}#/jobs")
 
-    expect(page.get_by_text(f"/{JOB_NAME}").first).to_be_visible()
+    expect(page.get_by_text(JOB_NAME).first).to_be_visible()
     assert ALICE_TOKEN not in page.url
     assert page.evaluate("sessionStorage.getItem('iris.token')") == ALICE_TOKEN
 
