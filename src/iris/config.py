@@ -640,7 +640,13 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
 
 def _validate_auth(source: str, auth: config_pb2.AuthConfig) -> None:
     # Imported here: the auth package reads configs, and config must not import it at load time.
-    from iris.cluster.auth.tokens import AuthMode, check_user_name, parse_mode, parse_role, static_token_digest
+    from iris.cluster.auth.tokens import (
+        AuthMode,
+        check_user_name,
+        parse_mode,
+        parse_role,
+        static_token_digest,
+    )
 
     try:
         mode = parse_mode(auth.mode)

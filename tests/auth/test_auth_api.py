@@ -33,7 +33,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     config.storage.bundle_prefix = f"file://{root}/bundles"
     config.defaults.timeouts.heartbeat_interval.milliseconds = 500
     config.auth.mode = "static"
-    for token, user, role in ((ADMIN_TOKEN, "root", "admin"), (ALICE_TOKEN, "alice", "user"), (BOB_TOKEN, "bob", "user")):
+    for token, user, role in (
+        (ADMIN_TOKEN, "root", "admin"),
+        (ALICE_TOKEN, "alice", "user"),
+        (BOB_TOKEN, "bob", "user"),
+    ):
         config.auth.static_tokens.add(token=token, user=user, role=role)
     local = LocalCluster(config, state_dir=root / "state").start()
     try:
@@ -42,7 +46,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.stop()
 
 
-def _post(url: str, method: str, token: str | None = None, body: dict | None = None, service: str = SERVICE) -> httpx.Response:
+def _post(
+    url: str, method: str, token: str | None = None, body: dict | None = None, service: str = SERVICE
+) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     return httpx.post(f"{url}/{service}/{method}", json=body or {}, headers=headers, timeout=30)
 
@@ -53,7 +59,9 @@ def _sleeping_job(client: IrisClient, name: str):
 
 @pytest.mark.parametrize("method", [m for m in CONTROLLER_METHODS if m != "Login"])
 @pytest.mark.parametrize("token", [None, "not-a-token", "a.b.c"])
-def test_every_rpc_without_a_valid_token_is_unauthenticated(cluster: LocalCluster, method: str, token: str | None) -> None:
+def test_every_rpc_without_a_valid_token_is_unauthenticated(
+    cluster: LocalCluster, method: str, token: str | None
+) -> None:
     response = _post(cluster.url, method, token)
 
     assert response.status_code == 401, response.text
@@ -65,7 +73,9 @@ def test_health_stays_open_and_metrics_needs_a_token(cluster: LocalCluster) -> N
     assert httpx.get(f"{cluster.url}/health", timeout=10).status_code == 200
     assert httpx.get(f"{cluster.url}/metrics", timeout=10).status_code == 401
 
-    response = httpx.get(f"{cluster.url}/metrics", headers={"Authorization": f"Bearer {ALICE_TOKEN}"}, timeout=10)
+    response = httpx.get(
+        f"{cluster.url}/metrics", headers={"Authorization": f"Bearer {ALICE_TOKEN}"}, timeout=10
+    )
 
     assert response.status_code == 200 and "iris_workers" in response.text
 
@@ -89,7 +99,10 @@ def test_login_with_an_unknown_token_is_unauthenticated(cluster: LocalCluster) -
 
 
 def test_user_token_cannot_kill_or_delete_another_users_job(cluster: LocalCluster) -> None:
-    with IrisClient.remote(cluster.url, token=ALICE_TOKEN) as alice, IrisClient.remote(cluster.url, token=BOB_TOKEN) as bob:
+    with (
+        IrisClient.remote(cluster.url, token=ALICE_TOKEN) as alice,
+        IrisClient.remote(cluster.url, token=BOB_TOKEN) as bob,
+    ):
         job = _sleeping_job(alice, "alice-sleeps")
 
         with pytest.raises(PermissionDeniedError, match="belongs to user alice, not to bob"):
@@ -105,7 +118,10 @@ def test_user_token_cannot_kill_or_delete_another_users_job(cluster: LocalCluste
 
 
 def test_admin_token_may_kill_any_users_job(cluster: LocalCluster) -> None:
-    with IrisClient.remote(cluster.url, token=ALICE_TOKEN) as alice, IrisClient.remote(cluster.url, token=ADMIN_TOKEN) as admin:
+    with (
+        IrisClient.remote(cluster.url, token=ALICE_TOKEN) as alice,
+        IrisClient.remote(cluster.url, token=ADMIN_TOKEN) as admin,
+    ):
         job = _sleeping_job(alice, "alice-sleeps-for-admin")
 
         terminated = admin.call("terminate_job", pb.TerminateJobRequest(job_id=job.job_id)).terminated_job_ids
@@ -126,7 +142,9 @@ def test_worker_token_cannot_launch_jobs(cluster: LocalCluster) -> None:
 
 
 def test_user_token_cannot_register_a_worker(cluster: LocalCluster) -> None:
-    response = _post(cluster.url, "Register", ALICE_TOKEN, {"workerId": "fake", "address": "http://127.0.0.1:1"})
+    response = _post(
+        cluster.url, "Register", ALICE_TOKEN, {"workerId": "fake", "address": "http://127.0.0.1:1"}
+    )
 
     assert response.status_code == 403
     assert response.json()["code"] == "permission_denied"
@@ -148,7 +166,11 @@ def test_curl_with_the_bearer_header_lists_jobs(cluster: LocalCluster) -> None:
         for header in headers:
             args += ["-H", header]
         result = subprocess.run(
-            [*args, "-d", "{}", f"{cluster.url}/{SERVICE}/ListJobs"], capture_output=True, text=True, timeout=30, check=True
+            [*args, "-d", "{}", f"{cluster.url}/{SERVICE}/ListJobs"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         )
         body, _, status = result.stdout.rpartition("\n")
         return status, json.loads(body)
@@ -178,7 +200,10 @@ def test_task_calls_the_controller_as_its_jobs_owner(cluster: LocalCluster) -> N
             child.wait(timeout=60)
             return child.job_id
 
-    with IrisClient.remote(cluster.url, token=ALICE_TOKEN) as alice, IrisClient.remote(cluster.url, token=BOB_TOKEN) as bob:
+    with (
+        IrisClient.remote(cluster.url, token=ALICE_TOKEN) as alice,
+        IrisClient.remote(cluster.url, token=BOB_TOKEN) as bob,
+    ):
         parent = alice.submit(Entrypoint.from_callable(_launch_child), name="parent")
         parent.wait(timeout=90)
         child_id = parent.result()

@@ -162,10 +162,22 @@ def test_config_with_token_digest_loads() -> None:
     [
         ({"mode": "sometimes"}, "unknown auth mode"),
         ({"mode": "static"}, "at least one token"),
-        ({"mode": "static", "static_tokens": [{"token": "short", "user": "a", "role": "user"}]}, "16 characters"),
-        ({"mode": "static", "static_tokens": [{"token": ALICE_TOKEN, "user": "a", "role": "boss"}]}, "unknown role"),
-        ({"mode": "static", "static_tokens": [{"token": ALICE_TOKEN, "user": "a b", "role": "user"}]}, "user name"),
-        ({"mode": "static", "static_tokens": [{"token_sha256": "zz", "user": "a", "role": "user"}]}, "64 hex"),
+        (
+            {"mode": "static", "static_tokens": [{"token": "short", "user": "a", "role": "user"}]},
+            "16 characters",
+        ),
+        (
+            {"mode": "static", "static_tokens": [{"token": ALICE_TOKEN, "user": "a", "role": "boss"}]},
+            "unknown role",
+        ),
+        (
+            {"mode": "static", "static_tokens": [{"token": ALICE_TOKEN, "user": "a b", "role": "user"}]},
+            "user name",
+        ),
+        (
+            {"mode": "static", "static_tokens": [{"token_sha256": "zz", "user": "a", "role": "user"}]},
+            "64 hex",
+        ),
     ],
 )
 def test_config_auth_problem_is_named_without_the_token(auth: dict, problem: str) -> None:

@@ -56,6 +56,7 @@ class AuthCli:
             env=runner.env(self.env(None)),
             cwd=runner.cwd,
             timeout=120,
+            check=False,
         )
         self.outputs += [process.stdout, process.stderr]
         return IrisResult(["login"], process.returncode, process.stdout, process.stderr)
@@ -70,7 +71,9 @@ def auth_cli(tmp_path_factory: pytest.TempPathFactory, iris_home: Path) -> Itera
     cli = AuthCli(cluster, directory / "config-home")
     try:
         cluster.start()
-        cli.outputs += [cluster.start_result.stdout, cluster.start_result.stderr] if cluster.start_result else []
+        cli.outputs += (
+            [cluster.start_result.stdout, cluster.start_result.stderr] if cluster.start_result else []
+        )
         yield cli
     finally:
         cluster.stop()
@@ -123,14 +126,18 @@ def test_token_created_by_admin_cannot_kill_alices_job(auth_cli: AuthCli) -> Non
     assert created.returncode == 0, str(created)
     bob_token = created.stdout.strip()
     auth_cli.outputs.remove(created.stdout)  # the one output whose purpose is to show a token
-    submitted = auth_cli("run", "--no-wait", "--name", "alice-sleeps", "--", "sleep", "300", token=ALICE_TOKEN)
+    submitted = auth_cli(
+        "run", "--no-wait", "--name", "alice-sleeps", "--", "sleep", "300", token=ALICE_TOKEN
+    )
     assert submitted.returncode == 0, str(submitted)
 
     refused = auth_cli("job", "kill", "/alice-sleeps", token=bob_token)
     killed = auth_cli("job", "kill", "/alice-sleeps", token=ALICE_TOKEN)
 
     assert refused.returncode == 1
-    assert "permission denied: cannot kill /alice-sleeps: it belongs to user alice, not to bob" in refused.stderr
+    assert (
+        "permission denied: cannot kill /alice-sleeps: it belongs to user alice, not to bob" in refused.stderr
+    )
     assert killed.returncode == 0, str(killed)
 
 
@@ -142,9 +149,15 @@ def test_user_cannot_create_tokens(auth_cli: AuthCli) -> None:
 
 
 def test_no_token_appears_in_any_output_log_or_state_file(auth_cli: AuthCli) -> None:
-    failed = auth_cli("run", "--name", "alice-fails", "--", "sh", "-c", "echo failing >&2; exit 3", token=ALICE_TOKEN)
+    failed = auth_cli(
+        "run", "--name", "alice-fails", "--", "sh", "-c", "echo failing >&2; exit 3", token=ALICE_TOKEN
+    )
     assert failed.returncode == 3, str(failed)
-    for args in (("job", "status", "/alice-fails", "--json"), ("job", "logs", "/alice-fails"), ("cluster", "status", "--json")):
+    for args in (
+        ("job", "status", "/alice-fails", "--json"),
+        ("job", "logs", "/alice-fails"),
+        ("cluster", "status", "--json"),
+    ):
         assert auth_cli(*args, token=ADMIN_TOKEN).returncode == 0
     auth_cli("job", "kill", "/alice-fails", token="a.b.c")
 

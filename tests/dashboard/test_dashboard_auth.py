@@ -46,7 +46,9 @@ def test_dashboard_without_a_token_asks_for_one_then_shows_the_jobs(cluster: Loc
     assert not page.page_errors
 
 
-def test_dashboard_token_in_the_address_is_kept_and_taken_out_of_the_address(cluster: LocalCluster, page) -> None:
+def test_dashboard_token_in_the_address_is_kept_and_taken_out_of_the_address(
+    cluster: LocalCluster, page
+) -> None:
     page.goto(f"{cluster.url}/?token={ALICE_TOKEN}#/jobs")
 
     expect(page.get_by_text(JOB_NAME).first).to_be_visible()

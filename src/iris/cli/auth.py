@@ -8,7 +8,7 @@ token file, readable by its owner only.
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import click
 
@@ -30,7 +30,7 @@ def _read_credential() -> str:
 
 
 def _expiry(expires_at_ms: int) -> str:
-    return datetime.fromtimestamp(expires_at_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(expires_at_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @click.command()
@@ -74,4 +74,6 @@ def create_token(client: IrisClient, user: str, role: str, ttl: str | None) -> N
         raise click.BadParameter(str(exc), param_hint="--ttl") from None
     session = client.create_token(user, role, lifetime)
     click.echo(session.token)
-    click.echo(f"token for {session.user} ({session.role}), valid until {_expiry(session.expires_at_ms)}", err=True)
+    click.echo(
+        f"token for {session.user} ({session.role}), valid until {_expiry(session.expires_at_ms)}", err=True
+    )

@@ -57,16 +57,15 @@ class RequireToken:
     async def on_start(self, ctx: RequestContext) -> None:
         method = ctx.method.name
         if method in OPEN_METHODS:
-            return None
+            return
         identity = self.identify(ctx.request_headers)
         refusal = refusal_for_call(identity, method)
         if refusal:
             raise ConnectError(Code.PERMISSION_DENIED, refusal)
         _caller.set(identity)
-        return None
 
     async def on_end(self, token: None, ctx: RequestContext, error: Exception | None) -> None:
-        return None
+        """Nothing to undo: the caller's identity goes with the request's task."""
 
     def refuse_http(self, request: Request) -> Response | None:
         """For plain HTTP routes (/metrics): a Connect-shaped JSON error, or None to serve it."""
@@ -88,9 +87,9 @@ class RequireCallbackToken:
         presented = bearer_token(ctx.request_headers).encode()
         if not hmac.compare_digest(presented, self._secret):
             raise ConnectError(
-                Code.UNAUTHENTICATED, "only this worker's controller may call it (the bearer token does not match)"
+                Code.UNAUTHENTICATED,
+                "only this worker's controller may call it (the bearer token does not match)",
             )
-        return None
 
     async def on_end(self, token: None, ctx: RequestContext, error: Exception | None) -> None:
-        return None
+        """Nothing to undo: the caller's identity goes with the request's task."""

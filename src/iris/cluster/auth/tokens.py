@@ -93,14 +93,18 @@ def parse_role(text: str) -> Role:
     try:
         return Role(text.strip().lower())
     except ValueError:
-        raise ValueError(f"unknown role {text[:20]!r}: use one of {', '.join(r.value for r in Role)}") from None
+        raise ValueError(
+            f"unknown role {text[:20]!r}: use one of {', '.join(r.value for r in Role)}"
+        ) from None
 
 
 def parse_mode(text: str) -> AuthMode:
     try:
         return AuthMode((text or "none").strip().lower())
     except ValueError:
-        raise ValueError(f"unknown auth mode {text[:20]!r}: use one of {', '.join(m.value for m in AuthMode)}") from None
+        raise ValueError(
+            f"unknown auth mode {text[:20]!r}: use one of {', '.join(m.value for m in AuthMode)}"
+        ) from None
 
 
 def _b64(data: bytes) -> str:
@@ -112,9 +116,17 @@ def _unb64(text: str) -> bytes:
 
 
 def sign_session_token(key: bytes, identity: Identity, now_s: int, ttl_s: int) -> str:
-    claims = {"iss": JWT_ISSUER, "sub": identity.user, "role": identity.role.value, "iat": now_s, "exp": now_s + ttl_s}
-    signing_input = _b64(json.dumps(_JWT_HEADER, separators=(",", ":")).encode()) + "." + _b64(
-        json.dumps(claims, separators=(",", ":")).encode()
+    claims = {
+        "iss": JWT_ISSUER,
+        "sub": identity.user,
+        "role": identity.role.value,
+        "iat": now_s,
+        "exp": now_s + ttl_s,
+    }
+    signing_input = (
+        _b64(json.dumps(_JWT_HEADER, separators=(",", ":")).encode())
+        + "."
+        + _b64(json.dumps(claims, separators=(",", ":")).encode())
     )
     signature = hmac.new(key, signing_input.encode("ascii"), hashlib.sha256).digest()
     return signing_input + "." + _b64(signature)
@@ -133,7 +145,11 @@ def verify_session_token(key: bytes, token: str, now_s: int) -> SessionClaims:
     except (ValueError, UnicodeDecodeError):
         raise InvalidTokenError("malformed session token") from None
     # Only the algorithm we sign with: a token may not choose "none" or another key type.
-    if not isinstance(header, dict) or header.get("alg") != "HS256" or not hmac.compare_digest(signature, expected):
+    if (
+        not isinstance(header, dict)
+        or header.get("alg") != "HS256"
+        or not hmac.compare_digest(signature, expected)
+    ):
         raise InvalidTokenError("session token signature does not match this cluster's key")
     try:
         claims = json.loads(_unb64(parts[1]))
@@ -156,7 +172,9 @@ def load_or_create_key(path: Path) -> bytes:
     except FileExistsError:
         key = path.read_bytes()
         if len(key) < JWT_KEY_BYTES:
-            raise ValueError(f"the session key file {path} is shorter than {JWT_KEY_BYTES} bytes: remove it to make a new one")
+            raise ValueError(
+                f"the session key file {path} is shorter than {JWT_KEY_BYTES} bytes: remove it to make a new one"
+            )
         if path.stat().st_mode & 0o077:
             raise ValueError(f"the session key file {path} is readable by others: chmod 600 it")
         return key
@@ -191,7 +209,9 @@ class TokenVerifier:
         for entry in auth.static_tokens:
             check_user_name(entry.user)
             static.append((static_token_digest(entry), Identity(entry.user, parse_role(entry.role))))
-        ttl = auth.session_ttl.milliseconds // 1000 if auth.session_ttl.milliseconds else DEFAULT_SESSION_TTL_S
+        ttl = (
+            auth.session_ttl.milliseconds // 1000 if auth.session_ttl.milliseconds else DEFAULT_SESSION_TTL_S
+        )
         return cls(mode, load_or_create_key(key_path), static, ttl)
 
     @property
@@ -219,7 +239,9 @@ class TokenVerifier:
             if identity is not None:
                 return identity
         elif self._static_identity(token) is not None:
-            raise InvalidTokenError("this cluster takes session tokens only: exchange the token with iris login")
+            raise InvalidTokenError(
+                "this cluster takes session tokens only: exchange the token with iris login"
+            )
         if token.count(".") == 2:
             return verify_session_token(self._key, token, now_s).identity
         raise InvalidTokenError("unknown token")
