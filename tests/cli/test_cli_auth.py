@@ -85,6 +85,14 @@ def test_cluster_start_without_a_token_says_how_to_log_in(auth_cli: AuthCli) -> 
     assert result is not None and "iris login" in result.stdout
 
 
+def test_cluster_stop_without_a_token_keeps_running_unless_told_yes(auth_cli: AuthCli) -> None:
+    result = auth_cli("cluster", "stop")
+
+    assert result.returncode == 1
+    assert "cannot be listed" in result.stderr and "--yes" in result.stderr
+    assert auth_cli("job", "list", token=ALICE_TOKEN).returncode == 0
+
+
 def test_command_without_a_token_is_refused_with_a_reason(auth_cli: AuthCli) -> None:
     result = auth_cli("job", "list")
 

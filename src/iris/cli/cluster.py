@@ -133,10 +133,14 @@ def _report_running(
     click.echo(f"  try: iris run --config {config_path} -- python -c \"print('hello from iris')\"")
 
 
-def _unfinished_jobs(platform: Platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus]:
+def _unfinished_jobs(platform: Platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus] | None:
+    """The jobs stopping would end; None when the controller cannot say (auth is on and this
+    shell has no token)."""
     try:
         with controller_connection(platform, config) as url, IrisClient.remote(url) as client:
             return client.list_jobs(states=UNFINISHED_JOB_STATES)
+    except NotAuthenticatedError:
+        return None
     except (PlatformError, IrisError):
         # A controller that is not running or does not answer cannot say; stopping it is what the user asked.
         return []
@@ -154,6 +158,11 @@ def stop(ctx: click.Context, yes: bool) -> None:
     config, config_path = _load(ctx)
     platform = _platform(config, config_path)
     unfinished = _unfinished_jobs(platform, config)
+    if unfinished is None and not yes:
+        raise click.ClickException(
+            "not stopping: auth is on and this shell has no token, so the jobs still running cannot be listed; "
+            f"log in (iris login --config {config_path}) or pass --yes to stop anyway"
+        )
     if unfinished and not yes:
         click.echo(f"{len(unfinished)} job(s) have not finished:", err=True)
         for job in unfinished[:20]:
