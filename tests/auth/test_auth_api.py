@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from iris.client.client import IrisClient, PermissionDeniedError, iris_ctx
+from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.local_cluster import LocalCluster
 from iris.cluster.types import UNFINISHED_JOB_STATES, Entrypoint
 from iris.rpc import cluster_pb2 as pb
@@ -212,3 +213,18 @@ def test_task_calls_the_controller_as_its_jobs_owner(cluster: LocalCluster) -> N
             bob.call("delete_job", pb.DeleteJobRequest(job_id=child_id))
 
     assert child_id == "/parent/child"
+
+
+def test_controller_without_an_auth_config_takes_calls_without_a_token(tmp_path: Path) -> None:
+    daemon = ControllerDaemon(state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles")
+    daemon.start_in_thread()
+    try:
+        listed = _post(daemon.url, "ListJobs")
+        login = _post(daemon.url, "Login", body={"token": ALICE_TOKEN})
+        metrics = httpx.get(f"{daemon.url}/metrics", timeout=10)
+    finally:
+        daemon.stop()
+
+    assert listed.status_code == 200 and metrics.status_code == 200
+    assert login.json()["code"] == "failed_precondition" and "auth.mode is none" in login.json()["message"]
+    assert not (tmp_path / "state" / "auth").exists()

@@ -214,10 +214,6 @@ class TokenVerifier:
         )
         return cls(mode, load_or_create_key(key_path), static, ttl)
 
-    @property
-    def enabled(self) -> bool:
-        return self.mode is not AuthMode.NONE
-
     def _static_identity(self, token: str) -> Identity | None:
         return self._static.get(token_digest(token))
 

@@ -19,7 +19,15 @@ from starlette.routing import Route
 from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES
 from iris.chaos import load_from_env
 from iris.cluster.auth.server import RequireToken
-from iris.cluster.auth.tokens import TASK_TOKEN_TTL_S, WORKER_TOKEN_TTL_S, Identity, Role, TokenVerifier
+from iris.cluster.auth.tokens import (
+    TASK_TOKEN_TTL_S,
+    WORKER_TOKEN_TTL_S,
+    AuthMode,
+    Identity,
+    Role,
+    TokenVerifier,
+    parse_mode,
+)
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
@@ -77,10 +85,9 @@ class ControllerDaemon:
         self._sock = bind_socket(host, port)
         self.url = url_for(self._sock, advertise_host)
         self.store = ControllerStore(state_dir / "controller.sqlite3")
-        auth = auth if auth is not None else (cluster_config.auth if cluster_config is not None else None)
-        self.tokens = TokenVerifier.from_config(auth, state_dir / "auth" / "jwt_hmac.key") if auth and auth.mode else None
-        if self.tokens is not None and not self.tokens.enabled:
-            self.tokens = None
+        if auth is None and cluster_config is not None:
+            auth = cluster_config.auth
+        self.tokens = _token_verifier(auth, state_dir)
         self._require_token = RequireToken(self.tokens) if self.tokens is not None else None
         self.controller = Controller(
             self.store,
@@ -156,6 +163,7 @@ class ControllerDaemon:
         return self.tokens.issue(Identity("worker", Role.WORKER), int(time.time()), WORKER_TOKEN_TTL_S)[0]
 
     def _task_token(self, owner: str) -> str:
+        assert self.tokens is not None
         return self.tokens.issue(Identity(owner, Role.USER), int(time.time()), TASK_TOKEN_TTL_S)[0]
 
     async def _metrics(self, request: Request) -> Response:
@@ -182,6 +190,13 @@ class ControllerDaemon:
     def stop(self) -> None:
         self._server.stop()
         self.store.close()
+
+
+def _token_verifier(auth: config_pb2.AuthConfig | None, state_dir: Path) -> TokenVerifier | None:
+    """None when auth is off (the default): nothing is checked and no key is made."""
+    if auth is None or parse_mode(auth.mode) is AuthMode.NONE:
+        return None
+    return TokenVerifier.from_config(auth, state_dir / "auth" / "jwt_hmac.key")
 
 
 def _configured_port(config: config_pb2.IrisClusterConfig) -> int:

@@ -300,7 +300,7 @@ class ControllerServiceImpl:
         )
 
     def _require_auth(self, what: str) -> TokenVerifier:
-        if self._tokens is None or not self._tokens.enabled:
+        if self._tokens is None:
             raise ConnectError(
                 Code.FAILED_PRECONDITION, f"{what} needs auth, which this cluster has off (auth.mode is none)"
             )
