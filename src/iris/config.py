@@ -608,6 +608,7 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
         limits_from_config(config.limits)
     except ValueError as exc:
         raise ConfigError(source, "", str(exc)) from None
+    _validate_auth(source, config.auth)
 
     runtime = config.defaults.bootstrap.runtime
     if runtime and runtime not in RUNTIMES:
@@ -621,6 +622,45 @@ def validate_config(config: config_pb2.IrisClusterConfig, source: str = "<config
         zero_allowed = path.rsplit(".", 1)[-1] in _ZERO_ALLOWED_DURATIONS
         if duration.milliseconds < 0 or (duration.milliseconds == 0 and not zero_allowed):
             raise ConfigError(source, path, f"must be a positive duration, got {duration}")
+
+
+def _validate_auth(source: str, auth: config_pb2.AuthConfig) -> None:
+    # Imported here: the auth package reads configs, and config must not import it at load time.
+    from iris.cluster.auth.tokens import (
+        AuthMode,
+        check_user_name,
+        parse_mode,
+        parse_role,
+        static_token_digest,
+    )
+
+    try:
+        mode = parse_mode(auth.mode)
+    except ValueError as exc:
+        raise ConfigError(source, "auth.mode", str(exc)) from None
+    seen: set[bytes] = set()
+    for index, entry in enumerate(auth.static_tokens):
+        path = f"auth.static_tokens[{index}]"
+        # A problem with a token is described, never quoted: config errors end up in logs.
+        if bool(entry.token) == bool(entry.token_sha256):
+            raise ConfigError(source, path, "give exactly one of token and token_sha256")
+        if entry.token and len(entry.token) < 16:
+            raise ConfigError(source, f"{path}.token", "must be at least 16 characters (use a random string)")
+        try:
+            check_user_name(entry.user)
+            parse_role(entry.role)
+            digest = static_token_digest(entry)
+        except ValueError as exc:
+            raise ConfigError(source, path, str(exc)) from None
+        if digest in seen:
+            raise ConfigError(source, path, "has the same token as an earlier entry")
+        seen.add(digest)
+    if mode is not AuthMode.NONE and not auth.static_tokens:
+        raise ConfigError(
+            source,
+            "auth.static_tokens",
+            f"auth.mode {mode.value} needs at least one token (an admin's) to log in with",
+        )
 
 
 def _validate_scale_group(

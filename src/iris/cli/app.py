@@ -11,6 +11,7 @@ from typing import NoReturn
 import click
 
 from iris.cli.actor import actor
+from iris.cli.auth import login, token
 from iris.cli.build import build
 from iris.cli.cluster import cluster
 from iris.cli.connect import add_option_everywhere, config_option, global_connection_options
@@ -96,6 +97,8 @@ iris.add_command(cluster)
 iris.add_command(build)
 iris.add_command(actor)
 iris.add_command(rpc)
+iris.add_command(login)
+iris.add_command(token)
 add_option_everywhere(iris, traceback_option)
 add_option_everywhere(cluster, config_option)
 

@@ -19,7 +19,7 @@ import click
 
 from iris.cli.connect import controller_from_config, remembered_connection
 from iris.cli.render import age, console, jobs_table, message_dict, print_json, recent_workers, workers_table
-from iris.client.client import IrisClient, IrisError
+from iris.client.client import IrisClient, IrisError, NotAuthenticatedError
 from iris.cluster.controller.lifecycle import (
     URL_FILE,
     ClusterNotRunningError,
@@ -113,23 +113,35 @@ def start(ctx: click.Context) -> None:
 def _report_running(
     platform: Platform, config: config_pb2.IrisClusterConfig, config_path: str, info: ControllerInfo
 ) -> None:
-    with (
-        reachable_controller(platform, info.url) as url,
-        IrisClient.remote(url) as client,
-        console.status("waiting for workers"),
-    ):
-        _wait_for_min_slices(client, config)
-        healthy = [w for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
     pid = getattr(info.handle, "pid", "?")
+    try:
+        with (
+            reachable_controller(platform, info.url) as url,
+            IrisClient.remote(url) as client,
+            console.status("waiting for workers"),
+        ):
+            _wait_for_min_slices(client, config)
+            healthy = [w for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY]
+    except NotAuthenticatedError:
+        click.echo(f"cluster '{config.name}' started: controller {info.url} (pid {pid})")
+        click.echo(
+            "  auth is on and this shell has no token, so the workers were not waited for: "
+            f"log in with iris login --config {config_path} (or set IRIS_TOKEN)"
+        )
+        return
     click.echo(f"cluster '{config.name}' running: controller {info.url}, {len(healthy)} worker(s) (pid {pid})")
     click.echo(f"  state and logs: {local_state_dir(config)}")
     click.echo(f"  try: iris run --config {config_path} -- python -c \"print('hello from iris')\"")
 
 
-def _unfinished_jobs(platform: Platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus]:
+def _unfinished_jobs(platform: Platform, config: config_pb2.IrisClusterConfig) -> list[pb.JobStatus] | None:
+    """The jobs stopping would end; None when the controller cannot say (auth is on and this
+    shell has no token)."""
     try:
         with controller_connection(platform, config) as url, IrisClient.remote(url) as client:
             return client.list_jobs(states=UNFINISHED_JOB_STATES)
+    except NotAuthenticatedError:
+        return None
     except (PlatformError, IrisError):
         # A controller that is not running or does not answer cannot say; stopping it is what the user asked.
         return []
@@ -147,6 +159,11 @@ def stop(ctx: click.Context, yes: bool) -> None:
     config, config_path = _load(ctx)
     platform = _platform(config, config_path)
     unfinished = _unfinished_jobs(platform, config)
+    if unfinished is None and not yes:
+        raise click.ClickException(
+            "not stopping: auth is on and this shell has no token, so the jobs still running cannot be listed; "
+            f"log in (iris login --config {config_path}) or pass --yes to stop anyway"
+        )
     if unfinished and not yes:
         click.echo(f"{len(unfinished)} job(s) have not finished:", err=True)
         for job in unfinished[:20]:

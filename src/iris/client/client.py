@@ -24,6 +24,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, build_bundle
+from iris.client.credentials import bearer_interceptors, resolve_token
 from iris.cluster import task_env
 from iris.cluster.task_env import TaskEnv
 from iris.cluster.types import (
@@ -99,6 +100,14 @@ class InvalidRequestError(IrisError):
     pass
 
 
+class NotAuthenticatedError(IrisError):
+    """The controller wants a (valid) token: give IRIS_TOKEN or run `iris login`."""
+
+
+class PermissionDeniedError(IrisError):
+    """The token's user or role may not do this."""
+
+
 class JobFailedError(IrisError):
     def __init__(self, status: pb.JobStatus):
         self.status = status
@@ -122,6 +131,10 @@ def _translate(exc: ConnectError, url: str) -> IrisError:
         return JobNotFoundError(exc.message)
     if exc.code in (Code.INVALID_ARGUMENT, Code.ALREADY_EXISTS, Code.FAILED_PRECONDITION):
         return InvalidRequestError(exc.message)
+    if exc.code == Code.UNAUTHENTICATED:
+        return NotAuthenticatedError(f"the controller at {url} refused the call: {exc.message}")
+    if exc.code == Code.PERMISSION_DENIED:
+        return PermissionDeniedError(f"permission denied: {exc.message}")
     return IrisError(f"controller error ({exc.code.name.lower()}): {exc.message}")
 
 
@@ -206,7 +219,8 @@ def iris_ctx() -> IrisContext:
 class IrisClient:
     """`reconnect_timeout` bounds how long following a job (`Job.wait`, `Job.follow_logs`) keeps
     retrying a controller that went away, e.g. while it restarts; `notice` hears about it (stderr
-    by default)."""
+    by default). `token` is the bearer token for a cluster with auth on; without one the client
+    looks in IRIS_TOKEN, then in the token file (see `iris.client.credentials`)."""
 
     def __init__(
         self,
@@ -215,18 +229,21 @@ class IrisClient:
         max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S,
         notice: Callable[[str], None] = _print_notice,
+        token: str | None = None,
     ):
         self.url = url.rstrip("/") if "://" in url else f"http://{url.rstrip('/')}"
         self.workspace = workspace
         self.max_bundle_bytes = max_bundle_bytes
         self.reconnect_timeout = reconnect_timeout
         self.notice = notice
-        self._rpc = ControllerServiceClientSync(self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS)
+        self._rpc = ControllerServiceClientSync(
+            self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=bearer_interceptors(resolve_token(token))
+        )
         self._on_close: list[Callable[[], None]] = []
 
     @classmethod
-    def remote(cls, url: str, workspace: Path | None = None) -> IrisClient:
-        return cls(url, workspace)
+    def remote(cls, url: str, workspace: Path | None = None, token: str | None = None) -> IrisClient:
+        return cls(url, workspace, token=token)
 
     @classmethod
     def for_cluster(cls, config_path: str | Path, workspace: Path | None = None) -> IrisClient:
@@ -422,6 +439,19 @@ class IrisClient:
 
     def list_endpoints(self, prefix: str) -> list[pb.Endpoint]:
         return list(self.call("list_endpoints", pb.ListEndpointsRequest(prefix=prefix)).endpoints)
+
+    # ------------------------------------------------------------ auth
+
+    def login(self, credential: str) -> pb.SessionToken:
+        """Exchanges a configured token (or a session token) for a new session token."""
+        return self.call("login", pb.LoginRequest(token=credential))
+
+    def create_token(self, user: str, role: str, ttl: Duration | None = None) -> pb.SessionToken:
+        """A session token for anyone (admin only)."""
+        request = pb.CreateTokenRequest(user=user, role=role)
+        if ttl is not None:
+            request.ttl.CopyFrom(ttl.to_proto())
+        return self.call("create_token", request)
 
 
 class Job:

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from iris.cluster import task_env
 from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker
@@ -98,7 +99,11 @@ class LocalCluster:
         assert self.daemon is not None
         kill_grace = self.config.defaults.timeouts.kill_grace_period.milliseconds / 1000
         work_dir = self.state_dir / "workers" / spec.worker_id.replace("/", "_")
-        process = spawn_worker(spec, self.daemon.url, work_dir, kill_grace, self._worker_env)
+        env = dict(self._worker_env)
+        worker_token = self.daemon.worker_token()
+        if worker_token:
+            env[task_env.WORKER_TOKEN] = worker_token
+        process = spawn_worker(spec, self.daemon.url, work_dir, kill_grace, env)
         self.worker_processes[spec.worker_id] = process
         return process
 

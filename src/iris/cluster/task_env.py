@@ -19,6 +19,10 @@ WORKER_ID = "IRIS_WORKER_ID"
 CONTROLLER_ADDRESS = "IRIS_CONTROLLER_ADDRESS"
 WORKDIR = "IRIS_WORKDIR"
 PORT_PREFIX = "IRIS_PORT_"
+# The bearer token a task (or any client) calls the controller with; a task's names its job's owner.
+TOKEN = "IRIS_TOKEN"
+# The worker daemon's own credential, given at bootstrap; never passed on to tasks.
+WORKER_TOKEN = "IRIS_WORKER_TOKEN"
 
 # What JAX needs to find the TPU of a host; every TPU task's container gets it.
 TPU_RUNTIME_ENV: Mapping[str, str] = {"JAX_PLATFORMS": "tpu,cpu", "PJRT_DEVICE": "TPU"}

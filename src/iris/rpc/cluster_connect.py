@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, ConnectWSGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint, EndpointSync
 from pyqwest import Client, SyncClient
 
-from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, DeleteJobRequest, DeleteJobResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobSpecRequest, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetTimeSeriesRequest, GetTimeSeriesResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
+from .cluster_pb2 import CreateSliceRequest, CreateSliceResponse, CreateTokenRequest, DeleteJobRequest, DeleteJobResponse, FetchTaskLogsRequest, FetchTaskLogsResponse, GetAutoscalerStatusRequest, GetAutoscalerStatusResponse, GetJobSpecRequest, GetJobStatusRequest, GetJobStatusResponse, GetSliceRequest, GetTaskLogsRequest, GetTaskLogsResponse, GetTaskStatusRequest, GetTaskStatusResponse, GetTimeSeriesRequest, GetTimeSeriesResponse, GetWorkerLogsRequest, GetWorkerLogsResponse, HealthCheckRequest, HealthCheckResponse, HeartbeatRequest, HeartbeatResponse, LaunchJobRequest, LaunchJobResponse, ListEndpointsRequest, ListEndpointsResponse, ListJobsRequest, ListJobsResponse, ListSlicesRequest, ListSlicesResponse, ListTasksRequest, ListTasksResponse, ListWorkersRequest, ListWorkersResponse, LoginRequest, NotifyWorkerEventRequest, NotifyWorkerEventResponse, RegisterEndpointRequest, RegisterEndpointResponse, RegisterRequest, RegisterResponse, SessionToken, SliceInfo, TerminateJobRequest, TerminateJobResponse, TerminateSliceRequest, TerminateSliceResponse, UnregisterEndpointRequest, UnregisterEndpointResponse, WorkerGetTaskStatusRequest, WorkerListTasksRequest, WorkerListTasksResponse, WorkerTaskStatus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -107,6 +107,15 @@ class ControllerService(Protocol):
     async def get_job_spec(self, request: GetJobSpecRequest, ctx: RequestContext[GetJobSpecRequest, LaunchJobRequest], /) -> LaunchJobRequest:
         """
         The job as submitted, without the bundle's bytes or a callable's pickle.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def login(self, request: LoginRequest, ctx: RequestContext[LoginRequest, SessionToken], /) -> SessionToken:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def create_token(self, request: CreateTokenRequest, ctx: RequestContext[CreateTokenRequest, SessionToken], /) -> SessionToken:
+        """
+        Admin only: a session token for any user and role (workers, robots, new users).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -365,6 +374,28 @@ class ControllerServiceASGIApplication(ConnectASGIApplication[ControllerService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_job_spec,
+                ),
+                "/iris.cluster.ControllerService/Login": Endpoint.unary(
+                    method=MethodInfo(
+                        name="Login",
+                        service_name="iris.cluster.ControllerService",
+                        input=LoginRequest,
+                        output=SessionToken,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.login,
+                ),
+                "/iris.cluster.ControllerService/CreateToken": Endpoint.unary(
+                    method=MethodInfo(
+                        name="CreateToken",
+                        service_name="iris.cluster.ControllerService",
+                        input=CreateTokenRequest,
+                        output=SessionToken,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.create_token,
                 ),
             },
             interceptors=interceptors,
@@ -850,6 +881,49 @@ class ControllerServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
         )
+    async def login(
+        self,
+        request: LoginRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SessionToken:
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Login",
+                service_name="iris.cluster.ControllerService",
+                input=LoginRequest,
+                output=SessionToken,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def create_token(
+        self,
+        request: CreateTokenRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SessionToken:
+        """
+        Admin only: a session token for any user and role (workers, robots, new users).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="CreateToken",
+                service_name="iris.cluster.ControllerService",
+                input=CreateTokenRequest,
+                output=SessionToken,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
 
 class ControllerServiceSync(Protocol):
     def launch_job(self, request: LaunchJobRequest, ctx: RequestContext[LaunchJobRequest, LaunchJobResponse], /) -> LaunchJobResponse:
@@ -921,6 +995,15 @@ class ControllerServiceSync(Protocol):
     def get_job_spec(self, request: GetJobSpecRequest, ctx: RequestContext[GetJobSpecRequest, LaunchJobRequest], /) -> LaunchJobRequest:
         """
         The job as submitted, without the bundle's bytes or a callable's pickle.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def login(self, request: LoginRequest, ctx: RequestContext[LoginRequest, SessionToken], /) -> SessionToken:
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    def create_token(self, request: CreateTokenRequest, ctx: RequestContext[CreateTokenRequest, SessionToken], /) -> SessionToken:
+        """
+        Admin only: a session token for any user and role (workers, robots, new users).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -1177,6 +1260,28 @@ class ControllerServiceWSGIApplication(ConnectWSGIApplication):
                         stream_type=StreamType.UNARY,
                     ),
                     function=service.get_job_spec,
+                ),
+                "/iris.cluster.ControllerService/Login": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="Login",
+                        service_name="iris.cluster.ControllerService",
+                        input=LoginRequest,
+                        output=SessionToken,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.login,
+                ),
+                "/iris.cluster.ControllerService/CreateToken": EndpointSync.unary(
+                    method=MethodInfo(
+                        name="CreateToken",
+                        service_name="iris.cluster.ControllerService",
+                        input=CreateTokenRequest,
+                        output=SessionToken,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=service.create_token,
                 ),
             },
             interceptors=interceptors,
@@ -1656,6 +1761,49 @@ class ControllerServiceClientSync(ConnectClientSync):
                 service_name="iris.cluster.ControllerService",
                 input=GetJobSpecRequest,
                 output=LaunchJobRequest,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def login(
+        self,
+        request: LoginRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SessionToken:
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Login",
+                service_name="iris.cluster.ControllerService",
+                input=LoginRequest,
+                output=SessionToken,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    def create_token(
+        self,
+        request: CreateTokenRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> SessionToken:
+        """
+        Admin only: a session token for any user and role (workers, robots, new users).
+        """
+        return self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="CreateToken",
+                service_name="iris.cluster.ControllerService",
+                input=CreateTokenRequest,
+                output=SessionToken,
                 idempotency_level=IdempotencyLevel.UNKNOWN,
                 stream_type=StreamType.UNARY,
             ),

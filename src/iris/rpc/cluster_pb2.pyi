@@ -589,14 +589,16 @@ class WorkerInfo(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., metadata: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., state: _Optional[_Union[WorkerState, str]] = ..., registered_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., last_heartbeat: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., running_task_ids: _Optional[_Iterable[str]] = ..., committed: _Optional[_Union[ResourceSpec, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("worker_id", "address", "metadata")
+    __slots__ = ("worker_id", "address", "metadata", "callback_token")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_TOKEN_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     address: str
     metadata: WorkerMetadata
-    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., metadata: _Optional[_Union[WorkerMetadata, _Mapping]] = ...) -> None: ...
+    callback_token: str
+    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., metadata: _Optional[_Union[WorkerMetadata, _Mapping]] = ..., callback_token: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval")
@@ -907,6 +909,34 @@ class GetTimeSeriesResponse(_message.Message):
     scale_groups: _containers.RepeatedCompositeFieldContainer[ScaleGroupSample]
     task_usage: _containers.RepeatedCompositeFieldContainer[TaskUsageSample]
     def __init__(self, interval_ms: _Optional[int] = ..., job_states: _Optional[_Iterable[_Union[JobStateSample, _Mapping]]] = ..., scale_groups: _Optional[_Iterable[_Union[ScaleGroupSample, _Mapping]]] = ..., task_usage: _Optional[_Iterable[_Union[TaskUsageSample, _Mapping]]] = ...) -> None: ...
+
+class LoginRequest(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class SessionToken(_message.Message):
+    __slots__ = ("token", "user", "role", "expires_at_ms")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    user: str
+    role: str
+    expires_at_ms: int
+    def __init__(self, token: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., expires_at_ms: _Optional[int] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("user", "role", "ttl")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    role: str
+    ttl: _time_pb2.Duration
+    def __init__(self, user: _Optional[str] = ..., role: _Optional[str] = ..., ttl: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class RunTaskRequest(_message.Message):
     __slots__ = ("task_id", "job_id", "attempt_id", "task_index", "num_tasks", "entrypoint", "resources", "environment", "bundle_uri", "bundle_sha256", "ports", "timeout", "env")

@@ -104,7 +104,7 @@ class AutoscalerConfig(_message.Message):
     def __init__(self, evaluation_interval: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scale_up_delay: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., scale_down_delay: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., startup_grace_period: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., quota_backoff: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., failure_backoff_max: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class BootstrapConfig(_message.Message):
-    __slots__ = ("docker_image", "task_image", "worker_port", "env_vars", "cache_dir", "runtime", "controller_address", "python_env")
+    __slots__ = ("docker_image", "task_image", "worker_port", "env_vars", "cache_dir", "runtime", "controller_address", "python_env", "worker_token")
     class EnvVarsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class BootstrapConfig(_message.Message):
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PYTHON_ENV_FIELD_NUMBER: _ClassVar[int]
+    WORKER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     docker_image: str
     task_image: str
     worker_port: int
@@ -128,7 +129,8 @@ class BootstrapConfig(_message.Message):
     runtime: str
     controller_address: str
     python_env: str
-    def __init__(self, docker_image: _Optional[str] = ..., task_image: _Optional[str] = ..., worker_port: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., cache_dir: _Optional[str] = ..., runtime: _Optional[str] = ..., controller_address: _Optional[str] = ..., python_env: _Optional[str] = ...) -> None: ...
+    worker_token: str
+    def __init__(self, docker_image: _Optional[str] = ..., task_image: _Optional[str] = ..., worker_port: _Optional[int] = ..., env_vars: _Optional[_Mapping[str, str]] = ..., cache_dir: _Optional[str] = ..., runtime: _Optional[str] = ..., controller_address: _Optional[str] = ..., python_env: _Optional[str] = ..., worker_token: _Optional[str] = ...) -> None: ...
 
 class DefaultsConfig(_message.Message):
     __slots__ = ("timeouts", "ssh", "autoscaler", "bootstrap")
@@ -410,8 +412,32 @@ class LimitsConfig(_message.Message):
     max_filter_chars: int
     def __init__(self, max_replicas: _Optional[int] = ..., max_name_chars: _Optional[int] = ..., max_argv_items: _Optional[int] = ..., max_string_chars: _Optional[int] = ..., max_strings_total_chars: _Optional[int] = ..., max_env_vars: _Optional[int] = ..., max_list_items: _Optional[int] = ..., max_key_chars: _Optional[int] = ..., max_callable_bytes: _Optional[int] = ..., max_cpu_millicores: _Optional[int] = ..., max_memory_bytes: _Optional[int] = ..., max_disk_bytes: _Optional[int] = ..., max_retries: _Optional[int] = ..., max_timeout_ms: _Optional[int] = ..., min_priority: _Optional[int] = ..., max_priority: _Optional[int] = ..., max_bundle_bytes: _Optional[int] = ..., max_bundle_entries: _Optional[int] = ..., max_bundle_unpacked_bytes: _Optional[int] = ..., max_id_chars: _Optional[int] = ..., max_filter_chars: _Optional[int] = ...) -> None: ...
 
+class StaticToken(_message.Message):
+    __slots__ = ("token", "user", "role", "token_sha256")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_SHA256_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    user: str
+    role: str
+    token_sha256: str
+    def __init__(self, token: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., token_sha256: _Optional[str] = ...) -> None: ...
+
+class AuthConfig(_message.Message):
+    __slots__ = ("mode", "static_tokens", "jwt_key_file", "session_ttl")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    STATIC_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    JWT_KEY_FILE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TTL_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    static_tokens: _containers.RepeatedCompositeFieldContainer[StaticToken]
+    jwt_key_file: str
+    session_ttl: _time_pb2.Duration
+    def __init__(self, mode: _Optional[str] = ..., static_tokens: _Optional[_Iterable[_Union[StaticToken, _Mapping]]] = ..., jwt_key_file: _Optional[str] = ..., session_ttl: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ...) -> None: ...
+
 class IrisClusterConfig(_message.Message):
-    __slots__ = ("name", "platform", "defaults", "storage", "controller", "scale_groups", "limits")
+    __slots__ = ("name", "platform", "defaults", "storage", "controller", "scale_groups", "limits", "auth")
     class ScaleGroupsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -426,6 +452,7 @@ class IrisClusterConfig(_message.Message):
     CONTROLLER_FIELD_NUMBER: _ClassVar[int]
     SCALE_GROUPS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_FIELD_NUMBER: _ClassVar[int]
     name: str
     platform: PlatformConfig
     defaults: DefaultsConfig
@@ -433,4 +460,5 @@ class IrisClusterConfig(_message.Message):
     controller: ControllerVmConfig
     scale_groups: _containers.MessageMap[str, ScaleGroupConfig]
     limits: LimitsConfig
-    def __init__(self, name: _Optional[str] = ..., platform: _Optional[_Union[PlatformConfig, _Mapping]] = ..., defaults: _Optional[_Union[DefaultsConfig, _Mapping]] = ..., storage: _Optional[_Union[StorageConfig, _Mapping]] = ..., controller: _Optional[_Union[ControllerVmConfig, _Mapping]] = ..., scale_groups: _Optional[_Mapping[str, ScaleGroupConfig]] = ..., limits: _Optional[_Union[LimitsConfig, _Mapping]] = ...) -> None: ...
+    auth: AuthConfig
+    def __init__(self, name: _Optional[str] = ..., platform: _Optional[_Union[PlatformConfig, _Mapping]] = ..., defaults: _Optional[_Union[DefaultsConfig, _Mapping]] = ..., storage: _Optional[_Union[StorageConfig, _Mapping]] = ..., controller: _Optional[_Union[ControllerVmConfig, _Mapping]] = ..., scale_groups: _Optional[_Mapping[str, ScaleGroupConfig]] = ..., limits: _Optional[_Union[LimitsConfig, _Mapping]] = ..., auth: _Optional[_Union[AuthConfig, _Mapping]] = ...) -> None: ...

@@ -259,8 +259,11 @@ class Autoscaler:
         apply_effects: Callable[[Effects], None],
         evaluation_interval_s: float | None = None,
         clock: Clock = now_ms,
+        worker_token: str = "",
     ):
         self._store = store
+        # What the workers of new slices authenticate with; empty when auth is off.
+        self._worker_token = worker_token
         self._clock = clock
         self._platform = platform
         self._config = config
@@ -539,6 +542,7 @@ class Autoscaler:
         bootstrap = config_pb2.BootstrapConfig()
         bootstrap.CopyFrom(self._config.defaults.bootstrap)
         bootstrap.controller_address = self._controller_address
+        bootstrap.worker_token = self._worker_token
         return bootstrap
 
     def _scale_up(self, group: ScalingGroup, reason: str) -> str | None:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 
 import pyqwest
 from connectrpc.code import Code
@@ -29,6 +30,7 @@ from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
+from iris.cluster.task_env import TOKEN
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
 from iris.time import ExponentialBackoff, now_ms
@@ -42,8 +44,18 @@ STARTUP_STORE_RETRY_S = 30.0
 
 
 class Controller:
-    def __init__(self, store: ControllerStore, bundles: BundleStore, settings: ControllerSettings):
+    """`task_token`, set when auth is on, gives the token a task of `owner`'s job calls the
+    controller with (to launch children, register endpoints)."""
+
+    def __init__(
+        self,
+        store: ControllerStore,
+        bundles: BundleStore,
+        settings: ControllerSettings,
+        task_token: Callable[[str], str] | None = None,
+    ):
         self.store = store
+        self._task_token = task_token
         self.bundles = bundles
         self.settings = settings
         self.core = ControllerCore(
@@ -128,7 +140,7 @@ class Controller:
 
     # ------------------------------------------------------------ jobs
 
-    async def launch_job(self, request: pb.LaunchJobRequest) -> str:
+    async def launch_job(self, request: pb.LaunchJobRequest, owner: str = "") -> str:
         # A retry of a submission whose answer was lost gets the job the first one created.
         if request.request_id:
             served = self.store.job_for_request(request.request_id)
@@ -150,7 +162,7 @@ class Controller:
             inherit_from_parent(request, self.store.request_for(request.parent_job_id))
         # One row per task: a big job takes a while to write, and the event loop must keep serving.
         try:
-            effects = await asyncio.to_thread(self.store.create_job, job_id, request, now_ms())
+            effects = await asyncio.to_thread(self.store.create_job, job_id, request, now_ms(), owner)
         except RequestAlreadyServedError as served:
             return served.job_id  # a concurrent retry of the same submission got there first
         self.apply_effects(effects)
@@ -174,8 +186,10 @@ class Controller:
             self.terminate_job(job_id, "killed to be deleted")
         return self.store.delete_job_tree(job_id)
 
-    def register_worker(self, worker_id: str, address: str, metadata: pb.WorkerMetadata) -> None:
-        self.core.register_worker(worker_id, address, metadata)
+    def register_worker(
+        self, worker_id: str, address: str, metadata: pb.WorkerMetadata, callback_token: str = ""
+    ) -> None:
+        self.core.register_worker(worker_id, address, metadata, callback_token)
 
     # ------------------------------------------------------------ loops
 
@@ -235,12 +249,17 @@ class Controller:
         heartbeat = self.core.begin_round(worker_id)
         if heartbeat is None:
             return None
+        headers = {}
+        if heartbeat.plan.callback_token:
+            headers["authorization"] = f"Bearer {heartbeat.plan.callback_token}"
         try:
             if heartbeat.request.tasks_to_run:
                 chaos.maybe_fail(chaos.CONTROLLER_DISPATCH, _unreachable)
             chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT, _unreachable)
             response = await self._client_for(heartbeat.address).heartbeat(
-                heartbeat.request, timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000)
+                self._with_task_tokens(heartbeat.request),
+                headers=headers,
+                timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000),
             )
             # The worker acted on the request; only its answer is lost.
             chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT_ANSWER, _timed_out)
@@ -251,6 +270,20 @@ class Controller:
         outcome = self.core.round_answered(heartbeat, response)
         self.samples.record_usage(now_ms(), response)
         return outcome
+
+
+    def _with_task_tokens(self, request: pb.HeartbeatRequest) -> pb.HeartbeatRequest:
+        """The request as sent: each task to start carries its owner's token. Added here, on the
+        way out, so that no stored plan or request ever holds one."""
+        if self._task_token is None or not request.tasks_to_run:
+            return request
+        sent = pb.HeartbeatRequest()
+        sent.CopyFrom(request)
+        for run in sent.tasks_to_run:
+            owner = self.store.job_owner(run.job_id)
+            if owner:
+                run.env[TOKEN] = self._task_token(owner)
+        return sent
 
 
 def _unreachable(message: str) -> ConnectError:

@@ -185,8 +185,10 @@ class ControllerCore:
         self.apply(effects)
         return terminated
 
-    def register_worker(self, worker_id: str, address: str, metadata: pb.WorkerMetadata) -> None:
-        self.apply(self.store.register_worker(worker_id, address, metadata, self._clock()))
+    def register_worker(
+        self, worker_id: str, address: str, metadata: pb.WorkerMetadata, callback_token: str = ""
+    ) -> None:
+        self.apply(self.store.register_worker(worker_id, address, metadata, self._clock(), callback_token))
 
 
 def has_more_logs(plan: HeartbeatPlan, response: pb.HeartbeatResponse) -> bool:

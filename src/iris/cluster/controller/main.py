@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
 import click
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from iris.chaos import load_from_env
+from iris.cluster.auth.server import RequireToken
+from iris.cluster.auth.tokens import (
+    TASK_TOKEN_TTL_S,
+    WORKER_TOKEN_TTL_S,
+    AuthMode,
+    Identity,
+    Role,
+    TokenVerifier,
+    parse_mode,
+)
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.controller import Controller
@@ -29,6 +40,7 @@ from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name
 from iris.config import DEFAULT_CONTROLLER_PORT, ConfigError, load_and_validate
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc import config_pb2
 from iris.rpc.cluster_connect import ControllerServiceASGIApplication
 
 logger = logging.getLogger("iris.controller")
@@ -52,19 +64,30 @@ class ControllerDaemon:
         self._sock = bind_socket(settings.host, settings.port)
         self.url = url_for(self._sock, settings.advertise_host)
         self.store = ControllerStore(self.state_dir / "controller.sqlite3")
+        self.tokens = _token_verifier(settings.config.auth, self.state_dir)
+        self._require_token = RequireToken(self.tokens) if self.tokens is not None else None
         self.controller = Controller(
-            self.store, BundleStore(settings.bundle_prefix), settings.controller_settings(self.url)
+            self.store,
+            BundleStore(settings.bundle_prefix),
+            settings.controller_settings(self.url),
+            task_token=self._task_token if self.tokens is not None else None,
         )
         self.platform = None
         config = settings.config
         if config.scale_groups:
             self.platform = create_platform(config, self.state_dir, settings.config_path)
             self.controller.autoscaler = Autoscaler(
-                self.store, self.platform, config, self.url, self.controller.apply_effects_threadsafe
+                self.store,
+                self.platform,
+                config,
+                self.url,
+                self.controller.apply_effects_threadsafe,
+                worker_token=self.worker_token(),
             )
         service = ControllerServiceASGIApplication(
-            ControllerServiceImpl(self.controller, self.platform, settings.input_limits),
+            ControllerServiceImpl(self.controller, self.platform, settings.input_limits, self.tokens),
             read_max_bytes=settings.input_limits.max_bundle_bytes + REQUEST_OVERHEAD_BYTES,
+            interceptors=[self._require_token] if self._require_token is not None else [],
         )
         app = build_app(
             [service],
@@ -77,7 +100,21 @@ class ControllerDaemon:
     async def _health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "url": self.url})
 
-    async def _metrics(self, request: Request) -> PlainTextResponse:
+    def worker_token(self) -> str:
+        """A token for the workers this controller starts; empty when auth is off."""
+        if self.tokens is None:
+            return ""
+        return self.tokens.issue(Identity("worker", Role.WORKER), int(time.time()), WORKER_TOKEN_TTL_S)[0]
+
+    def _task_token(self, owner: str) -> str:
+        assert self.tokens is not None
+        return self.tokens.issue(Identity(owner, Role.USER), int(time.time()), TASK_TOKEN_TTL_S)[0]
+
+    async def _metrics(self, request: Request) -> Response:
+        if self._require_token is not None:
+            refusal = self._require_token.refuse_http(request)
+            if refusal is not None:
+                return refusal
         jobs, workers = self.store.count_by_state()
         lines = ["# TYPE iris_jobs gauge"]
         lines += [f'iris_jobs{{state="{job_state_name(state)}"}} {n}' for state, n in sorted(jobs.items())]
@@ -97,6 +134,13 @@ class ControllerDaemon:
     def stop(self) -> None:
         self._server.stop()
         self.store.close()
+
+
+def _token_verifier(auth: config_pb2.AuthConfig, state_dir: Path) -> TokenVerifier | None:
+    """None when auth is off (the default): nothing is checked and no key is made."""
+    if parse_mode(auth.mode) is AuthMode.NONE:
+        return None
+    return TokenVerifier.from_config(auth, state_dir / "auth" / "jwt_hmac.key")
 
 
 @click.group()

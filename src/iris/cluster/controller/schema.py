@@ -199,6 +199,12 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 9: whether an attempt went out in a heartbeat, recorded before the heartbeat is sent, so
     # that neither a controller crash nor a failed write of the answer can send its id twice
     "ALTER TABLE attempts ADD COLUMN sent INTEGER NOT NULL DEFAULT 0",
+    # 10: auth: who launched each job (a user may only kill or delete their own job tree), and the
+    # secret each worker asked the controller to present when calling it
+    """
+    ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+    ALTER TABLE workers ADD COLUMN callback_token TEXT NOT NULL DEFAULT '';
+    """,
 ]
 
 

@@ -11,6 +11,7 @@ import functools
 import logging
 import secrets
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -18,6 +19,9 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.bundle_format import check_bundle_blob
+from iris.cluster.auth.policy import refusal_for_job
+from iris.cluster.auth.server import caller
+from iris.cluster.auth.tokens import Identity, InvalidTokenError, TokenVerifier, check_user_name, parse_role
 from iris.cluster.controller import render
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller
@@ -92,8 +96,10 @@ class ControllerServiceImpl:
         controller: Controller,
         platform: Platform | None = None,
         limits: InputLimits = DEFAULT_INPUT_LIMITS,
+        tokens: TokenVerifier | None = None,
     ):
         self._controller = controller
+        self._tokens = tokens
         self._limits = limits
         self._store = controller.store
         self._platform = platform
@@ -106,18 +112,30 @@ class ControllerServiceImpl:
             )
         return self._controller.autoscaler
 
+    def _check_job_access(self, action: str, job_id: str) -> None:
+        """Refuses a caller who does not own the job's tree; a no-op when auth is off."""
+        identity = caller()
+        if identity is None:
+            return
+        refusal = refusal_for_job(identity, action, job_id, self._store.job_owner(job_id))
+        if refusal:
+            raise ConnectError(Code.PERMISSION_DENIED, refusal)
+
     @_rpc
     async def launch_job(self, request: pb.LaunchJobRequest, ctx) -> pb.LaunchJobResponse:
         # Limits first: no later check may echo, or work in proportion to, an oversized field.
         check_launch_limits(request, self._limits)
         validate_launch_request(request, self._limits.max_bundle_bytes)
+        if request.parent_job_id:
+            self._check_job_access("add a child job to", normalize_job_id(request.parent_job_id))
         if request.bundle_blob:
             # Refused here, before it is stored, rather than on every worker that would unpack it.
             limits = self._limits
             await asyncio.to_thread(
                 check_bundle_blob, request.bundle_blob, limits.max_bundle_entries, limits.max_bundle_unpacked_bytes
             )
-        job_id = await self._controller.launch_job(request)
+        identity = caller()
+        job_id = await self._controller.launch_job(request, identity.user if identity else "")
         return pb.LaunchJobResponse(job_id=job_id)
 
     @_rpc
@@ -147,14 +165,16 @@ class ControllerServiceImpl:
 
     @_rpc
     async def terminate_job(self, request: pb.TerminateJobRequest, ctx) -> pb.TerminateJobResponse:
-        terminated = self._controller.terminate_job(
-            _job_id(request.job_id), request.reason or "terminated by user"
-        )
+        job_id = _job_id(request.job_id)
+        self._check_job_access("kill", job_id)
+        terminated = self._controller.terminate_job(job_id, request.reason or "terminated by user")
         return pb.TerminateJobResponse(terminated_job_ids=terminated)
 
     @_rpc
     async def delete_job(self, request: pb.DeleteJobRequest, ctx) -> pb.DeleteJobResponse:
-        deleted = self._controller.delete_job(_job_id(request.job_id), request.kill_running)
+        job_id = _job_id(request.job_id)
+        self._check_job_access("delete", job_id)
+        deleted = self._controller.delete_job(job_id, request.kill_running)
         return pb.DeleteJobResponse(deleted_job_ids=deleted)
 
     @_rpc
@@ -187,7 +207,7 @@ class ControllerServiceImpl:
         check_worker_id(request.worker_id)
         if not request.address:
             raise ValueError("address is required")
-        self._controller.register_worker(request.worker_id, request.address, request.metadata)
+        self._controller.register_worker(request.worker_id, request.address, request.metadata, request.callback_token)
         interval = time_pb2.Duration(milliseconds=int(self._controller.settings.heartbeat_interval_s * 1000))
         return pb.RegisterResponse(worker_id=request.worker_id, heartbeat_interval=interval)
 
@@ -287,3 +307,35 @@ class ControllerServiceImpl:
         if spec.entrypoint.HasField("callable"):
             spec.entrypoint.callable.ClearField("pickled")
         return spec
+
+    def _session(self, identity: Identity, ttl_s: int | None = None) -> pb.SessionToken:
+        assert self._tokens is not None
+        token, expires_at_s = self._tokens.issue(identity, int(time.time()), ttl_s)
+        return pb.SessionToken(
+            token=token, user=identity.user, role=identity.role.value, expires_at_ms=expires_at_s * 1000
+        )
+
+    def _require_auth(self, what: str) -> TokenVerifier:
+        if self._tokens is None:
+            raise ConnectError(
+                Code.FAILED_PRECONDITION, f"{what} needs auth, which this cluster has off (auth.mode is none)"
+            )
+        return self._tokens
+
+    @_rpc
+    async def login(self, request: pb.LoginRequest, ctx) -> pb.SessionToken:
+        tokens = self._require_auth("logging in")
+        try:
+            identity = tokens.identify_for_login(request.token, int(time.time()))
+        except InvalidTokenError as exc:
+            raise ConnectError(Code.UNAUTHENTICATED, f"cannot log in: {exc}") from None
+        return self._session(identity)
+
+    @_rpc
+    async def create_token(self, request: pb.CreateTokenRequest, ctx) -> pb.SessionToken:
+        self._require_auth("creating tokens")
+        check_user_name(request.user)
+        ttl_ms = request.ttl.milliseconds
+        if ttl_ms < 0:
+            raise ValueError("ttl must be positive")
+        return self._session(Identity(request.user, parse_role(request.role)), ttl_ms // 1000 or None)

@@ -61,7 +61,8 @@ from iris.cluster.controller.store_reads import StoreReads
 class ControllerStore(StoreReads):
     # ------------------------------------------------------------ jobs
 
-    def create_job(self, job_id: str, request: pb.LaunchJobRequest, now_ms: int) -> Effects:
+    def create_job(self, job_id: str, request: pb.LaunchJobRequest, now_ms: int, owner: str = "") -> Effects:
+        """`owner` is the user who launched the job (empty when auth is off)."""
         stored = pb.LaunchJobRequest()
         stored.CopyFrom(request)
         stored.ClearField("bundle_blob")
@@ -81,7 +82,7 @@ class ControllerStore(StoreReads):
             # A job and its tasks are born PENDING; their history starts with their first move.
             db.execute(
                 "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
-                " root_submitted_at_ms, request_id) VALUES (?,?,?,?,?,?,?,?,?)",
+                " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     request.parent_job_id or None,
@@ -92,6 +93,7 @@ class ControllerStore(StoreReads):
                     now_ms,
                     root_submitted_ms,
                     request.request_id or None,
+                    owner,
                 ),
             )
             self._insert_tasks(db, job_id, num_tasks, now_ms)
@@ -148,6 +150,14 @@ class ControllerStore(StoreReads):
     def job_exists(self, job_id: str) -> bool:
         with self._read() as db:
             return db.execute("SELECT 1 FROM jobs WHERE job_id=?", (job_id,)).fetchone() is not None
+
+    def job_owner(self, job_id: str) -> str:
+        """Who launched the job; empty for a job launched while auth was off."""
+        with self._read() as db:
+            row = db.execute("SELECT owner FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"job {job_id} not found")
+        return row["owner"]
 
     def terminate_job(self, job_id: str, reason: str, now_ms: int) -> tuple[list[str], Effects]:
         """Kill a job and, recursively, its children. Returns the ids of jobs that changed."""
@@ -357,7 +367,7 @@ class ControllerStore(StoreReads):
     # ------------------------------------------------------------ workers
 
     def register_worker(
-        self, worker_id: str, address: str, metadata: pb.WorkerMetadata, now_ms: int
+        self, worker_id: str, address: str, metadata: pb.WorkerMetadata, now_ms: int, callback_token: str = ""
     ) -> Effects:
         """A worker (re)registers with the id and slice id its platform gave it at bootstrap."""
         slice_attribute = metadata.attributes.get(ATTR_SLICE_ID)
@@ -376,7 +386,7 @@ class ControllerStore(StoreReads):
             self._set_state(
                 "worker", worker_id, old, pb.WORKER_STATE_HEALTHY, reason, now_ms,
                 address=address, metadata=metadata.SerializeToString(), slice_id=slice_id,
-                registered_at_ms=now_ms, last_heartbeat_ms=now_ms, error="",
+                registered_at_ms=now_ms, last_heartbeat_ms=now_ms, error="", callback_token=callback_token,
             )  # fmt: skip
         return Effects(heartbeat_workers={worker_id}, wake_scheduler=True)
 
@@ -416,7 +426,7 @@ class ControllerStore(StoreReads):
                             task_id=a["task_id"], attempt_id=a["attempt_id"], log_offset=a["log_offset"]
                         )
                     )
-        return HeartbeatPlan(worker_id, worker["address"], to_run, expected)
+        return HeartbeatPlan(worker_id, worker["address"], to_run, expected, worker["callback_token"])
 
     def record_sent(self, plan: HeartbeatPlan) -> None:
         """Before the heartbeat goes out: its attempts are sent, and no later plan sends them again."""

@@ -107,6 +107,8 @@ class HeartbeatPlan:
     address: str
     to_run: list[pb.RunTaskRequest]
     expected: list[pb.ExpectedTask]
+    # The bearer token the worker asked for when it registered; empty when auth is off.
+    callback_token: str = ""
 
 
 @dataclass(frozen=True)

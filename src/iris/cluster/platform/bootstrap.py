@@ -24,6 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
+from iris.cluster import task_env
 from iris.rpc import config_pb2
 from iris.time import Timestamp
 
@@ -136,6 +137,15 @@ def local_storage_dirs(*prefixes: str) -> list[str]:
     return [urlparse(prefix).path for prefix in prefixes if prefix.startswith("file://")]
 
 
+def worker_env(bootstrap: config_pb2.BootstrapConfig) -> dict[str, str]:
+    """The worker daemon's environment: the configured variables and, when auth is on, its token
+    (in the environment, not on the command line, where any user of the host could read it)."""
+    env = dict(bootstrap.env_vars)
+    if bootstrap.worker_token:
+        env[task_env.WORKER_TOKEN] = bootstrap.worker_token
+    return env
+
+
 def worker_daemon(
     bootstrap: config_pb2.BootstrapConfig,
     placement: WorkerPlacement,
@@ -191,7 +201,7 @@ def worker_daemon(
         module_args=args,
         port=bootstrap.worker_port,
         marker=marker,
-        env=dict(bootstrap.env_vars),
+        env=worker_env(bootstrap),
         image=bootstrap.docker_image if use_image else "",
         python_env=bootstrap.python_env,
         host_dirs=[cache_dir, *(storage_dirs or [])],

@@ -33,7 +33,7 @@ from iris.cluster.platform.base import (
     SliceStatus,
     WorkerStatus,
 )
-from iris.cluster.platform.bootstrap import worker_offer_flags
+from iris.cluster.platform.bootstrap import worker_env, worker_offer_flags
 from iris.cluster.types import ATTR_SCALE_GROUP, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE, AttributeValue
 from iris.config import DEFAULT_CONTROLLER_PORT, DEFAULT_KILL_GRACE_PERIOD, DEFAULT_LABEL_PREFIX, state_dir_of
 from iris.rpc import config_pb2
@@ -326,7 +326,7 @@ class LocalPlatform:
                     gpu_spec=gpu,
                 )
                 work_dir = self.state_dir / "workers" / worker_id
-                env = dict(bootstrap_config.env_vars)
+                env = worker_env(bootstrap_config)
                 process = spawn_worker(spec, bootstrap_config.controller_address, work_dir, self._kill_grace_s, env)
                 record["workers"].append(
                     {

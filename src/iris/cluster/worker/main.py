@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from iris.chaos import load_from_env
+from iris.cluster import task_env
+from iris.cluster.auth.server import RequireCallbackToken
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
@@ -188,6 +191,8 @@ def serve(
         task_image=options.task_image,
         reregister_after_s=options.reregister_after_s,
         input_limits=options.input_limits,
+        # Taken out of the environment so that nothing the worker starts inherits it.
+        token=os.environ.pop(task_env.WORKER_TOKEN, ""),
     )
     try:
         load_from_env(settings.worker_id)
@@ -201,8 +206,11 @@ def serve(
     async def on_shutdown() -> None:
         worker.stop(kill_tasks=True)
 
+    interceptors = [RequireCallbackToken(worker.callback_token)] if worker.callback_token else []
     app = build_app(
-        [WorkerServiceASGIApplication(WorkerServiceImpl(worker))], [Route("/health", health)], on_shutdown=on_shutdown
+        [WorkerServiceASGIApplication(WorkerServiceImpl(worker), interceptors=interceptors)],
+        [Route("/health", health)],
+        on_shutdown=on_shutdown,
     )
     server = HttpServer(app, sock)
     worker.start()

@@ -10,6 +10,7 @@ the next heartbeat comes at once instead of at the next tick.
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import threading
 import time
@@ -20,6 +21,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris import chaos
+from iris.client.credentials import bearer_interceptors
 from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
@@ -54,6 +56,8 @@ class WorkerSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
     # The cluster's limits; a worker unpacks only the bundles its controller accepts.
     input_limits: InputLimits = DEFAULT_INPUT_LIMITS
+    # The worker token from bootstrap, when the cluster has auth on.
+    token: str = field(default="", repr=False)
 
 
 class Worker:
@@ -73,7 +77,11 @@ class Worker:
             task_image=settings.task_image,
             on_change=self._attempt_changed,
         )
-        self._controller = ControllerServiceClientSync(settings.controller_address, send_compression=None)
+        self._controller = ControllerServiceClientSync(
+            settings.controller_address, send_compression=None, interceptors=bearer_interceptors(settings.token)
+        )
+        # With auth on, the controller must show this secret to call the worker (see register).
+        self.callback_token = secrets.token_urlsafe(32) if settings.token else ""
         self._last_heartbeat = time.monotonic()
         self._registered = threading.Event()
         self._notify = threading.Event()
@@ -116,7 +124,10 @@ class Worker:
         chaos.maybe_fail(chaos.WORKER_REGISTER, _unreachable)
         self._controller.register(
             pb.RegisterRequest(
-                worker_id=self.settings.worker_id, address=self.settings.address, metadata=self.settings.metadata
+                worker_id=self.settings.worker_id,
+                address=self.settings.address,
+                metadata=self.settings.metadata,
+                callback_token=self.callback_token,
             ),
             timeout_ms=10_000,
         )

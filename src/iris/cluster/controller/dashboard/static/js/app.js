@@ -1,5 +1,6 @@
 // The dashboard's shell: hash routes to pages and the navigation bar. Each page's mount()
 // returns the function that stops its refreshing when the page is left.
+import { UNAUTHENTICATED_EVENT, adoptTokenFromAddress, hasToken, setToken } from "./api.js";
 import { h, replace } from "./dom.js";
 import * as autoscaler from "./pages/autoscaler.js";
 import * as endpoints from "./pages/endpoints.js";
@@ -47,5 +48,34 @@ function route() {
   unmount = found.r.page.mount(main, params);
 }
 
+// The cluster wants a token (none yet, or the one kept has expired): ask for one, then reload
+// the page the user was on.
+function showLogin() {
+  if (document.getElementById("login")) return;
+  if (unmount) unmount();
+  unmount = null;
+  const input = h("input", { type: "password", name: "token", autocomplete: "off", placeholder: "token", "aria-label": "token" });
+  const submit = (event) => {
+    event.preventDefault();
+    setToken(input.value.trim());
+    route();
+  };
+  replace(
+    document.getElementById("main"),
+    h(
+      "form",
+      { id: "login", class: "login", onsubmit: submit },
+      h("h1", {}, "Log in"),
+      h("p", {}, hasToken() ? "The token was refused (it may have expired). " : "This cluster needs a token. ",
+        "Paste a token (from iris token create, or the session token in the file iris login writes); it is kept in this tab only."),
+      input,
+      h("button", { type: "submit" }, "Log in"),
+    ),
+  );
+  input.focus();
+}
+
+adoptTokenFromAddress();
+window.addEventListener(UNAUTHENTICATED_EVENT, showLogin);
 window.addEventListener("hashchange", route);
 route();
