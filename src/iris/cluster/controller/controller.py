@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 import pyqwest
 
 from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
-from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome
+from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome, HeartbeatRound
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.feasibility import demand_from_request, never_servable_reason
 from iris.cluster.controller.launch import inherit_from_parent, job_id_for
@@ -35,6 +37,46 @@ logger = logging.getLogger(__name__)
 # How long the scheduler lets further submits gather after a wake-up before it runs.
 SCHEDULING_COALESCE_S = 0.002
 
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class TurnBatch(Generic[Item, Result]):
+    """Calls made during one turn of the event loop, run together early in the next one.
+
+    A heartbeat round starts and answers thousands of per-worker coroutines; batching their store
+    work turns thousands of short transactions into a few. `run` gets the items in submission
+    order and returns one result, or the exception for that item, per item.
+    """
+
+    def __init__(self, run: Callable[[list[Item]], Sequence[Result | Exception]]):
+        self._run = run
+        self._items: list[Item] = []
+        self._futures: list[asyncio.Future] = []
+
+    async def submit(self, item: Item) -> Result:
+        loop = asyncio.get_running_loop()
+        if not self._items:
+            loop.call_soon(self._flush)
+        future = loop.create_future()
+        self._items.append(item)
+        self._futures.append(future)
+        result = await future
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def _flush(self) -> None:
+        items, futures = self._items, self._futures
+        self._items, self._futures = [], []
+        try:
+            results = self._run(items)
+        except Exception as exc:  # noqa: BLE001 - handed to every waiting coroutine, which reports it
+            results = [exc] * len(items)
+        for future, result in zip(futures, results, strict=True):
+            if not future.done():  # its coroutine was cancelled while it waited
+                future.set_result(result)
+
 
 class Controller:
     def __init__(self, store: ControllerStore, bundles: BundleStore, settings: ControllerSettings):
@@ -50,6 +92,10 @@ class Controller:
         self._http = pyqwest.Client()
         self._worker_clients: dict[str, WorkerServiceClient] = {}
         self._stopping = False
+        self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
+        self._round_answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = (
+            TurnBatch(self.core.rounds_answered)
+        )
         # Set by the daemon when the cluster config has scale groups.
         self.autoscaler: Autoscaler | None = None
         # Sampled on every tick, for the dashboard's plots.
@@ -215,8 +261,12 @@ class Controller:
         finally:
             self.core.rounds_ended(worker_id)
 
+    def _begin_rounds(self, worker_ids: list[str]) -> list[HeartbeatRound | None]:
+        rounds = self.core.begin_rounds(worker_ids)
+        return [rounds[worker_id] for worker_id in worker_ids]
+
     async def _heartbeat_once(self, worker_id: str) -> HeartbeatOutcome | None:
-        heartbeat = self.core.begin_round(worker_id)
+        heartbeat = await self._round_starts.submit(worker_id)
         if heartbeat is None:
             return None
         try:
@@ -228,7 +278,7 @@ class Controller:
             logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
             self.core.round_failed(heartbeat, _describe_error(exc))
             return None
-        outcome = self.core.round_answered(heartbeat, response)
+        outcome = await self._round_answers.submit((heartbeat, response))
         self.samples.record_usage(now_ms(), response)
         return outcome
 
