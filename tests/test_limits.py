@@ -10,9 +10,12 @@ from iris.cluster.limits import (
     DEFAULT_INPUT_LIMITS,
     QUOTE_PREFIX_CHARS,
     InputLimits,
+    JobPagePosition,
     check_launch_limits,
     check_worker_id,
+    parse_job_page_token,
     parse_page_token,
+    position_page_token,
     quote_prefix,
 )
 from iris.rpc import cluster_pb2 as pb
@@ -120,3 +123,22 @@ def test_check_launch_limits_huge_argument_error_quotes_a_prefix() -> None:
 
 def test_check_worker_id_default_host_port_form_is_accepted() -> None:
     check_worker_id("worker-3.example:8081")
+
+
+@given(st.text(max_size=300))
+def test_parse_job_page_token_any_text_is_a_position_or_a_value_error(token: str) -> None:
+    try:
+        position = parse_job_page_token(token, pb.JOB_ORDER_NEWEST, (int, str))
+    except ValueError as exc:
+        assert "next_page_token" in str(exc)
+        return
+    assert 0 <= position.offset < 10**18
+    assert position.after == () or [type(v) for v in position.after] == [int, str]
+
+
+def test_parse_job_page_token_reads_back_a_position_token_of_its_order() -> None:
+    token = position_page_token(pb.JOB_ORDER_NEWEST, 200, (1_700_000_000_000, "/train"))
+
+    assert parse_job_page_token(token, pb.JOB_ORDER_NEWEST, (int, str)) == JobPagePosition(200, (1_700_000_000_000, "/train"))
+    with pytest.raises(ValueError, match="same order"):
+        parse_job_page_token(token, pb.JOB_ORDER_NAME, (str,))
