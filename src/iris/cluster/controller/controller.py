@@ -92,6 +92,7 @@ class Controller:
         self._http = pyqwest.Client()
         self._worker_clients: dict[str, WorkerServiceClient] = {}
         self._stopping = False
+        self._heartbeat_slots = asyncio.Semaphore(settings.max_heartbeats_in_flight)
         self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
         self._round_answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = (
             TurnBatch(self.core.rounds_answered)
@@ -271,9 +272,10 @@ class Controller:
             return None
         try:
             chaos.maybe_fail("controller.heartbeat")
-            response = await self._client_for(heartbeat.address).heartbeat(
-                heartbeat.request, timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000)
-            )
+            async with self._heartbeat_slots:
+                response = await self._client_for(heartbeat.address).heartbeat(
+                    heartbeat.request, timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000)
+                )
         except Exception as exc:
             logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
             self.core.round_failed(heartbeat, _describe_error(exc))
