@@ -80,6 +80,8 @@ def build_store(path: Path, jobs: int, seed: int = 7) -> dict[int, int]:
     job_rows, task_rows, attempt_rows, transition_rows = [], [], [], []
     counts: dict[int, int] = {}
     roots: list[tuple[str, int, int]] = []
+    requests: dict[tuple[str, str, int], bytes] = {}
+    resources = launch_request("", "", "", 1, 0).resources
     for i in range(jobs):
         submitted = began_ms + (30 * DAY_MS * i) // jobs
         if roots and rng.random() < 0.05:
@@ -94,13 +96,18 @@ def build_store(path: Path, jobs: int, seed: int = 7) -> dict[int, int]:
             roots.append((job_id, state, submitted))
         counts[state] = counts.get(state, 0) + 1
         replicas = rng.choices([1, 4, 16], [0.9, 0.08, 0.02])[0]
-        request = launch_request(job_id, user, kind, replicas, i)
+        # One stored request per user, kind and size: building a proto per job is most of
+        # the fill's time at a million jobs, and nothing read back depends on the request's name.
+        template_key = (user, kind, replicas)
+        request_bytes = requests.get(template_key)
+        if request_bytes is None:
+            request_bytes = requests[template_key] = launch_request(job_id, user, kind, replicas, i).SerializeToString()
         started = submitted + rng.randint(200, 60_000) if state != pb.JOB_STATE_PENDING else None
         finished = started + rng.randint(1_000, 4 * 3_600_000) if state in FINISHED else None
         error = "task /0 failed: exit code 1" if state == pb.JOB_STATE_FAILED else ""
         error = "terminated by user" if state == pb.JOB_STATE_KILLED else error
         job_rows.append(
-            (job_id, parent_id, state, request.SerializeToString(), replicas, 0, submitted, started, finished,
+            (job_id, parent_id, state, request_bytes, replicas, 0, submitted, started, finished,
              error, 1 if state == pb.JOB_STATE_FAILED else 0, root_submitted)
         )
         if state != pb.JOB_STATE_PENDING:
@@ -121,8 +128,8 @@ def build_store(path: Path, jobs: int, seed: int = 7) -> dict[int, int]:
                 continue
             attempt_rows.append(
                 (task_id, 0, worker, t_state, 1, rng.randint(0, 500), 1 if finished else 0,
-                 1 if t_state == pb.TASK_STATE_FAILED else 0, error, request.resources.cpu_millicores,
-                 request.resources.memory_bytes, request.resources.disk_bytes, submitted, started, finished)
+                 1 if t_state == pb.TASK_STATE_FAILED else 0, error, resources.cpu_millicores,
+                 resources.memory_bytes, resources.disk_bytes, submitted, started, finished)
             )
             transition_rows += [
                 ("task", task_id, pb.TASK_STATE_PENDING, pb.TASK_STATE_ASSIGNED, f"assigned to {worker}", submitted + 100),
