@@ -91,6 +91,7 @@ class ControllerStore(StoreReads):
                     )
                 root_submitted_ms = parent["root_submitted_at_ms"]
             # A job and its tasks are born PENDING; their history starts with their first move.
+            self._jobs_changed += 1
             db.execute(
                 "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
                 " root_submitted_at_ms, request_id) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -188,6 +189,7 @@ class ControllerStore(StoreReads):
             )
         for table in ("tasks", "task_logs", "endpoints", "jobs"):
             db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
+        self._jobs_changed += 1
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:
             self._requests.pop(job_id, None)

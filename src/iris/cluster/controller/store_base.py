@@ -134,6 +134,10 @@ class StoreBase:
         self._worker_offers: dict[
             str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]
         ] = {}
+        # Bumped whenever a job is created, deleted or changes state: ListJobs keeps the count of
+        # each selection until then, since counting a million rows costs more than a page.
+        self._jobs_changed = 0
+        self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         with self._write("migrate", self._path):
@@ -218,6 +222,8 @@ class StoreBase:
                 " VALUES (?,?,?,?,?,?,?)",
                 (kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)),
             )
+        if kind == "job":
+            self._jobs_changed += 1
         table, key_columns = _ENTITIES[kind]
         assignments, params = ["state=?"], [new]
         for column, value in columns.items():

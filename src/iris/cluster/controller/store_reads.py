@@ -48,6 +48,8 @@ JOB_ORDER_SQL: dict[int, str] = {
     for order, key in JOB_ORDER_KEYS.items()
 }
 _KEY_TYPES = {"submitted_at_ms": int, "state": int, "job_id": str}
+# Selections whose job count ListJobs keeps between job changes.
+JOB_COUNTS_KEPT = 256
 
 
 def job_order_key_types(order: int) -> tuple[type, ...]:
@@ -247,7 +249,7 @@ class StoreReads(StoreBase):
             offset = 0
         page_clause = f"WHERE {' AND '.join(page_where)}" if page_where else ""
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
+            total = self._count_jobs(db, clause, params)
             rows = db.execute(
                 f"SELECT * FROM jobs {page_clause} ORDER BY {JOB_ORDER_SQL[filters.order]} LIMIT ? OFFSET ?",
                 [*page_params, limit, offset],
@@ -264,6 +266,18 @@ class StoreReads(StoreBase):
             for job in jobs:
                 job.num_children = children.get(job.job_id, 0)
             return jobs, total
+
+    def _count_jobs(self, db: sqlite3.Connection, clause: str, params: list[object]) -> int:
+        """The selection's size, counted again only after a job was created, deleted or moved."""
+        key = (clause, tuple(params))
+        cached = self._job_counts.get(key)
+        if cached is not None and cached[0] == self._jobs_changed:
+            return cached[1]
+        total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
+        if len(self._job_counts) >= JOB_COUNTS_KEPT:
+            self._job_counts.clear()
+        self._job_counts[key] = (self._jobs_changed, total)
+        return total
 
     def job_request(self, job_id: str) -> pb.LaunchJobRequest:
         """The job's LaunchJobRequest as stored (a copy the caller may change)."""
