@@ -14,7 +14,7 @@ import pytest
 # benchmarks/ is a top-level package beside src/, not installed with iris.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import actor_calls, controller_scale, run, scheduler_pass, store_scale  # noqa: E402
+from benchmarks import actor_calls, controller_scale, run, scheduler_pass, store_scale, sustained_throughput  # noqa: E402
 from benchmarks.common import Row, Target, evaluate, percentile  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,7 +72,7 @@ def test_scheduler_pass_rows() -> None:
 
 def test_store_scale_rows() -> None:
     rows = store_scale.rows(quick=True, with_ray=False, jobs=500)
-    assert len(rows) == 7
+    assert len(rows) == 8
     for row in rows:
         assert len(row.iris) == 100 and all(t > 0 for t in row.iris)
         assert row.targets[0].stat == "p99"
@@ -92,3 +92,9 @@ def test_actor_call_rows_iris_only() -> None:
     assert len(rows[0].iris) == size.rounds and all(rate > 0 for rate in rows[0].iris)
     assert len(rows[1].iris) == size.rounds * size.calls
     assert all(r.ray_note == "not installed" and r.ray is None for r in rows)
+
+
+def test_sustained_throughput_measures_rate_and_submit_to_done_iris_only() -> None:
+    m = sustained_throughput.measure(jobs=6, clients=2, ray_jobs=0, ray_tasks=0, with_ray=False)
+    assert m["iris_rate"] > 0
+    assert len(m["iris_latency"]) == 6 and all(ms >= 0 for ms in m["iris_latency"])

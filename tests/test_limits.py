@@ -14,11 +14,14 @@ from iris.cluster.limits import (
     QUOTE_PREFIX_CHARS,
     REQUEST_STRING_LIMITS,
     InputLimits,
+    JobPagePosition,
     check_launch_limits,
     check_request_limits,
     check_worker_id,
     limits_from_config,
+    parse_job_page_token,
     parse_page_token,
+    position_page_token,
     quote_prefix,
 )
 from iris.rpc import cluster_pb2 as pb
@@ -212,3 +215,22 @@ def test_input_limits_every_field_is_in_the_config_and_the_docs() -> None:
     for field in fields(InputLimits):
         assert field.name in config_fields
         assert f"`{field.name}`" in docs
+
+
+@given(st.text(max_size=300))
+def test_parse_job_page_token_any_text_is_a_position_or_a_value_error(token: str) -> None:
+    try:
+        position = parse_job_page_token(token, pb.JOB_ORDER_NEWEST, (int, str))
+    except ValueError as exc:
+        assert "next_page_token" in str(exc)
+        return
+    assert 0 <= position.offset < 10**18
+    assert position.after == () or [type(v) for v in position.after] == [int, str]
+
+
+def test_parse_job_page_token_reads_back_a_position_token_of_its_order() -> None:
+    token = position_page_token(pb.JOB_ORDER_NEWEST, 200, (1_700_000_000_000, "/train"))
+
+    assert parse_job_page_token(token, pb.JOB_ORDER_NEWEST, (int, str)) == JobPagePosition(200, (1_700_000_000_000, "/train"))
+    with pytest.raises(ValueError, match="same order"):
+        parse_job_page_token(token, pb.JOB_ORDER_NAME, (str,))

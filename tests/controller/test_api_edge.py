@@ -311,3 +311,45 @@ def test_rpc_whose_store_write_fails_answers_unavailable_so_clients_retry() -> N
 
     assert raised.value.code == Code.UNAVAILABLE
     assert "could not update its state: database is locked" in raised.value.message
+
+
+def test_list_jobs_next_page_tokens_walk_every_job_once_while_new_jobs_arrive(tmp_path: Path) -> None:
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
+        )
+    )
+    daemon.start_in_thread()
+    try:
+        for i in range(7):
+            _call(daemon.url, "LaunchJob", {"name": f"page-{i}", "entrypoint": {"command": {"argv": ["true"]}}})
+        before = [job["jobId"] for job in _call(daemon.url, "ListJobs", {}).json()["jobs"]]
+        seen, token = [], ""
+        while True:
+            page = _call(daemon.url, "ListJobs", {"pageSize": 3, "pageToken": token}).json()
+            seen += [job["jobId"] for job in page.get("jobs", [])]
+            # Newest first: a job submitted mid-walk sorts before the pages still to come.
+            _call(daemon.url, "LaunchJob", {"name": f"late-{len(seen)}", "entrypoint": {"command": {"argv": ["true"]}}})
+            token = page.get("nextPageToken", "")
+            if not token:
+                break
+    finally:
+        daemon.stop()
+
+    assert sorted(before) == [f"/page-{i}" for i in range(7)]
+    assert seen == before
+
+
+@pytest.mark.parametrize("order", ["JOB_ORDER_NAME", "JOB_ORDER_STATE"])
+def test_list_jobs_position_token_of_another_order_or_tampered_is_invalid_argument(controller_url: str, order: str) -> None:
+    for i in range(3):
+        _call(controller_url, "LaunchJob", {"name": f"token-{i}", "entrypoint": {"command": {"argv": ["true"]}}})
+    token = _call(controller_url, "ListJobs", {"pageSize": 1}).json()["nextPageToken"]
+
+    other_order = _call(controller_url, "ListJobs", {"pageSize": 1, "pageToken": token, "order": order})
+    tampered = _call(controller_url, "ListJobs", {"pageSize": 1, "pageToken": token[:-3] + "xyz"})
+
+    for response in (other_order, tampered):
+        assert response.status_code == 400, response.text
+        assert response.json()["code"] == "invalid_argument"
+        assert "next_page_token" in response.json()["message"]

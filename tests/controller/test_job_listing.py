@@ -95,3 +95,16 @@ def test_list_jobs_pages_through_filtered_jobs_with_the_full_total(store: Contro
 
 def test_list_jobs_state_filter_combines_with_name(store: ControllerStore) -> None:
     assert _ids(store, JobFilters(name_contains="a"), states=[pb.JOB_STATE_KILLED]) == (["/gamma"], 1)
+
+
+def test_list_jobs_counts_follow_job_creation_state_changes_and_deletion(store: ControllerStore) -> None:
+    killed = [pb.JOB_STATE_KILLED]
+    assert _ids(store, JobFilters(), killed)[1] == 1
+
+    store.terminate_job("/beta_100%", "stop", T0 + 20)
+    assert _ids(store, JobFilters(), killed)[1] == 2
+    store.create_job("/delta", _request("/delta"), T0 + 21)
+    assert _ids(store, JobFilters())[1] == 7
+    store.delete_job_tree("/gamma")
+    assert _ids(store, JobFilters(), killed) == (["/beta_100%"], 1)
+    assert _ids(store, JobFilters())[1] == 6

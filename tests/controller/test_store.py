@@ -1613,3 +1613,23 @@ def test_store_delete_running_job_refused(cluster):
     with pytest.raises(JobExistsError, match="kill it before deleting it"):
         cluster.store.delete_job_tree(job_id)
     assert cluster.job(job_id).state == pb.JOB_STATE_RUNNING
+
+
+def test_store_heartbeats_applied_in_one_batch_match_one_by_one_and_revive_an_unhealthy_worker(cluster):
+    busy, job_id = run_one(cluster)
+    idle = cluster.worker("w2")
+    flaky = cluster.worker("w3")
+    cluster.store.record_heartbeat_failure("w3", "connection refused", cluster.tick(), WORKER_TIMEOUT_MS)
+    busy.script("/train/0", state=pb.TASK_STATE_SUCCEEDED, exit_code=0)
+    rounds = cluster.core.begin_rounds(["w1", "w2", "w3", "nobody"])
+    assert rounds["nobody"] is None
+    answers = [(rounds[w.worker_id], w.heartbeat(rounds[w.worker_id].request)) for w in (busy, idle, flaky)]
+
+    outcomes = cluster.core.rounds_answered(answers)
+
+    assert [o.unknown for o in outcomes] == [[], [], []]
+    assert cluster.job(job_id).state == pb.JOB_STATE_SUCCEEDED
+    infos = {w: cluster.worker_info(w) for w in ("w1", "w2", "w3")}
+    assert {w: i.state for w, i in infos.items()} == dict.fromkeys(infos, pb.WORKER_STATE_HEALTHY)
+    assert {i.last_heartbeat.epoch_ms for i in infos.values()} == {cluster.now}
+    assert infos["w3"].error == ""

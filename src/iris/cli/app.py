@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -10,19 +11,40 @@ from typing import NoReturn
 
 import click
 
-from iris.cli.actor import actor
-from iris.cli.auth import login, token
-from iris.cli.build import build
-from iris.cli.cluster import cluster
 from iris.cli.connect import add_option_everywhere, config_option, global_connection_options
-from iris.cli.job import job, run, submit
-from iris.cli.rpc import rpc
 
 # Errors a user can act on: one clear line, no traceback (unless --traceback).
 _USER_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, TimeoutError, KeyError)
 
 
+# Each subcommand by the module that defines it, imported only when a command line names it:
+# `iris run` must not pay for the imports of the cluster, build and actor commands.
+_SUBCOMMANDS = {
+    "run": "iris.cli.job",
+    "submit": "iris.cli.job",
+    "job": "iris.cli.job",
+    "cluster": "iris.cli.cluster",
+    "build": "iris.cli.build",
+    "actor": "iris.cli.actor",
+    "rpc": "iris.cli.rpc",
+    "login": "iris.cli.auth",
+    "token": "iris.cli.auth",
+}
+
+
 class IrisGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _SUBCOMMANDS:
+            command = getattr(importlib.import_module(_SUBCOMMANDS[cmd_name]), cmd_name)
+            add_option_everywhere(command, traceback_option)
+            if cmd_name == "cluster":
+                add_option_everywhere(command, config_option)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -90,15 +112,5 @@ def iris(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-iris.add_command(run)
-iris.add_command(submit)
-iris.add_command(job)
-iris.add_command(cluster)
-iris.add_command(build)
-iris.add_command(actor)
-iris.add_command(rpc)
-iris.add_command(login)
-iris.add_command(token)
 add_option_everywhere(iris, traceback_option)
-add_option_everywhere(cluster, config_option)
 

@@ -8,6 +8,8 @@ replica, say) is ever started. Errors quote offending values through `quote_pref
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from dataclasses import dataclass, fields
 
@@ -29,8 +31,11 @@ MAX_WORKER_ID_CHARS = 253
 # A LaunchJob request id is a client-chosen token, a UUID in the Python client.
 MAX_REQUEST_ID_CHARS = 128
 
-# A ListJobs page token is the offset of the next page, a decimal number SQLite can hold.
+# A ListJobs page token is the offset of the next page, a decimal number SQLite can hold, or a
+# position token: "k" and, base64url-encoded, JSON [order, offset, sort key of the page's last row].
 MAX_PAGE_TOKEN_DIGITS = 18
+MAX_PAGE_TOKEN_CHARS = 2048
+_POSITION_PREFIX = "k"
 
 
 def quote_prefix(value: str | bytes, limit: int = QUOTE_PREFIX_CHARS) -> str:
@@ -145,6 +150,48 @@ def check_launch_limits(request: pb.LaunchJobRequest, limits: InputLimits = DEFA
         for value in [constraint.value, *constraint.values]:
             if value.WhichOneof("value") == "string_value":
                 _check_chars("constraint value", value.string_value, limits.max_key_chars)
+
+
+@dataclass(frozen=True)
+class JobPagePosition:
+    """Where a ListJobs page starts: `offset` rows into the selection, and, for a position token,
+    just after the row whose sort key is `after` (so the listing seeks instead of skipping rows)."""
+
+    offset: int = 0
+    after: tuple[int | str, ...] = ()
+
+
+def position_page_token(order: int, offset: int, after: tuple[int | str, ...]) -> str:
+    payload = json.dumps([order, offset, *after], separators=(",", ":")).encode()
+    return _POSITION_PREFIX + base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def parse_job_page_token(token: str, order: int, key_types: tuple[type, ...]) -> JobPagePosition:
+    """A ListJobs page token of either form, for a listing in `order` whose sort key has these types."""
+    if not token.startswith(_POSITION_PREFIX):
+        return JobPagePosition(parse_page_token(token))
+    invalid = ValueError(
+        f"invalid page_token {quote_prefix(token)}: pass the next_page_token of a previous ListJobs answer "
+        "with the same order"
+    )
+    if len(token) > MAX_PAGE_TOKEN_CHARS or not token.isascii():
+        raise invalid
+    body = token[len(_POSITION_PREFIX) :]
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, RecursionError):
+        raise invalid from None
+    if not isinstance(decoded, list) or len(decoded) != 2 + len(key_types):
+        raise invalid
+    token_order, offset, *after = decoded
+    if (
+        token_order != order
+        or type(offset) is not int
+        or not 0 <= offset < 10**MAX_PAGE_TOKEN_DIGITS
+        or any(type(value) is not kind for value, kind in zip(after, key_types, strict=True))
+    ):
+        raise invalid
+    return JobPagePosition(offset, tuple(after))
 
 
 def parse_page_token(token: str) -> int:

@@ -13,7 +13,8 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 import pyqwest
 from connectrpc.code import Code
@@ -22,7 +23,7 @@ from connectrpc.errors import ConnectError
 from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
-from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome
+from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome, HeartbeatRound
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.feasibility import demand_from_request, describe_demand, never_servable_reason
 from iris.cluster.controller.launch import inherit_from_parent, job_id_for
@@ -41,6 +42,46 @@ logger = logging.getLogger(__name__)
 SCHEDULING_COALESCE_S = 0.002
 # How long a starting controller retries a store it cannot write before giving up.
 STARTUP_STORE_RETRY_S = 30.0
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class TurnBatch(Generic[Item, Result]):
+    """Calls made during one turn of the event loop, run together early in the next one.
+
+    A heartbeat round starts and answers thousands of per-worker coroutines; batching their store
+    work turns thousands of short transactions into a few. `run` gets the items in submission
+    order and returns one result, or the exception for that item, per item.
+    """
+
+    def __init__(self, run: Callable[[list[Item]], Sequence[Result | Exception]]):
+        self._run = run
+        self._items: list[Item] = []
+        self._futures: list[asyncio.Future] = []
+
+    async def submit(self, item: Item) -> Result:
+        loop = asyncio.get_running_loop()
+        if not self._items:
+            loop.call_soon(self._flush)
+        future = loop.create_future()
+        self._items.append(item)
+        self._futures.append(future)
+        result = await future
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def _flush(self) -> None:
+        items, futures = self._items, self._futures
+        self._items, self._futures = [], []
+        try:
+            results = self._run(items)
+        except Exception as exc:  # noqa: BLE001 - handed to every waiting coroutine, which reports it
+            results = [exc] * len(items)
+        for future, result in zip(futures, results, strict=True):
+            if not future.done():  # its coroutine was cancelled while it waited
+                future.set_result(result)
 
 
 class Controller:
@@ -67,6 +108,11 @@ class Controller:
         self._http = pyqwest.Client()
         self._worker_clients: dict[str, WorkerServiceClient] = {}
         self._stopping = False
+        self._heartbeat_slots = asyncio.Semaphore(settings.max_heartbeats_in_flight)
+        self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
+        self._round_answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = (
+            TurnBatch(self.core.rounds_answered)
+        )
         # Set by the daemon when the cluster config has scale groups.
         self.autoscaler: Autoscaler | None = None
         # Sampled on every tick, for the dashboard's plots.
@@ -245,8 +291,12 @@ class Controller:
         finally:
             self.core.rounds_ended(worker_id)
 
+    def _begin_rounds(self, worker_ids: list[str]) -> list[HeartbeatRound | None]:
+        rounds = self.core.begin_rounds(worker_ids)
+        return [rounds[worker_id] for worker_id in worker_ids]
+
     async def _heartbeat_once(self, worker_id: str) -> HeartbeatOutcome | None:
-        heartbeat = self.core.begin_round(worker_id)
+        heartbeat = await self._round_starts.submit(worker_id)
         if heartbeat is None:
             return None
         headers = {}
@@ -256,18 +306,19 @@ class Controller:
             if heartbeat.request.tasks_to_run:
                 chaos.maybe_fail(chaos.CONTROLLER_DISPATCH, _unreachable)
             chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT, _unreachable)
-            response = await self._client_for(heartbeat.address).heartbeat(
-                self._with_task_tokens(heartbeat.request),
-                headers=headers,
-                timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000),
-            )
+            async with self._heartbeat_slots:
+                response = await self._client_for(heartbeat.address).heartbeat(
+                    self._with_task_tokens(heartbeat.request),
+                    headers=headers,
+                    timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000),
+                )
             # The worker acted on the request; only its answer is lost.
             chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT_ANSWER, _timed_out)
         except Exception as exc:
             logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
             self.core.round_failed(heartbeat, _describe_error(exc))
             return None
-        outcome = self.core.round_answered(heartbeat, response)
+        outcome = await self._round_answers.submit((heartbeat, response))
         self.samples.record_usage(now_ms(), response)
         return outcome
 

@@ -12,7 +12,7 @@ heartbeat to their worker and are re-queued when it fails.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from iris.cluster.controller.scheduler import find_assignments
@@ -91,21 +91,30 @@ class ControllerCore:
 
     def begin_round(self, worker_id: str) -> HeartbeatRound | None:
         """The heartbeat to send now, or None when the worker is no longer live."""
-        self._again.discard(worker_id)
-        plan = self.store.plan_heartbeat(worker_id, self.settings.advertised_address)
-        if plan is None:
-            return None
-        # Durable before sending: should the answer never be recorded (a crash, a failed write),
-        # the attempts are expected of the worker from now on, never started a second time.
-        self.store.record_sent(plan)
-        kills = frozenset(self._kill_sets.pop(worker_id, ()))
-        request = pb.HeartbeatRequest(
-            worker_id=worker_id,
-            tasks_to_run=plan.to_run,
-            tasks_to_kill=[pb.TaskKey(task_id=t, attempt_id=a) for t, a in sorted(kills)],
-            expected_tasks=plan.expected,
-        )
-        return HeartbeatRound(plan, request, kills)
+        return self.begin_rounds([worker_id])[worker_id]
+
+    def begin_rounds(self, worker_ids: Sequence[str]) -> dict[str, HeartbeatRound | None]:
+        """`begin_round` for every worker whose round starts in the same turn, planned together."""
+        for worker_id in worker_ids:
+            self._again.discard(worker_id)
+        rounds: dict[str, HeartbeatRound | None] = {}
+        plans = self.store.plan_heartbeats(worker_ids, self.settings.advertised_address)
+        # Durable before sending: should an answer never be recorded (a crash, a failed write),
+        # its attempts are expected of the worker from now on, never started a second time.
+        self.store.record_sent([plan for plan in plans.values() if plan is not None])
+        for worker_id, plan in plans.items():
+            if plan is None:
+                rounds[worker_id] = None
+                continue
+            kills = frozenset(self._kill_sets.pop(worker_id, ()))
+            request = pb.HeartbeatRequest(
+                worker_id=worker_id,
+                tasks_to_run=plan.to_run,
+                tasks_to_kill=[pb.TaskKey(task_id=t, attempt_id=a) for t, a in sorted(kills)],
+                expected_tasks=plan.expected,
+            )
+            rounds[worker_id] = HeartbeatRound(plan, request, kills)
+        return rounds
 
     def round_failed(self, heartbeat: HeartbeatRound, error: str) -> Effects:
         """The RPC failed: its kills wait for the next round, the attempts it started are retried
@@ -120,18 +129,44 @@ class ControllerCore:
         return effects
 
     def round_answered(self, heartbeat: HeartbeatRound, response: pb.HeartbeatResponse) -> HeartbeatOutcome:
-        worker_id = heartbeat.plan.worker_id
-        if response.worker_id and response.worker_id != worker_id:
-            # Another worker now answers on this address: the one we knew is gone.
-            reason = f"address {heartbeat.address} now belongs to worker {response.worker_id}"
-            effects = self.store.record_heartbeat_failure(worker_id, reason, self._clock(), 0)
+        outcome = self.rounds_answered([(heartbeat, response)])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def rounds_answered(
+        self, answers: Sequence[tuple[HeartbeatRound, pb.HeartbeatResponse]]
+    ) -> list[HeartbeatOutcome | Exception]:
+        """`round_answered` for the answers that arrived in the same turn, written in one
+        transaction; an answer whose reconciliation failed gets its exception instead."""
+        outcomes: list[HeartbeatOutcome | Exception | None] = [None] * len(answers)
+        ours: list[int] = []
+        for i, (heartbeat, response) in enumerate(answers):
+            worker_id = heartbeat.plan.worker_id
+            if response.worker_id and response.worker_id != worker_id:
+                # Another worker now answers on this address: the one we knew is gone.
+                reason = f"address {heartbeat.address} now belongs to worker {response.worker_id}"
+                effects = self.store.record_heartbeat_failure(worker_id, reason, self._clock(), 0)
+                self.apply(effects)
+                outcomes[i] = HeartbeatOutcome(effects=effects)
+            else:
+                ours.append(i)
+        applied = (
+            self.store.apply_heartbeats([(answers[i][0].plan, answers[i][1]) for i in ours], self._clock())
+            if ours
+            else []
+        )
+        for i, result in zip(ours, applied, strict=True):
+            if isinstance(result, Exception):
+                outcomes[i] = result
+                continue
+            heartbeat, response = answers[i]
+            unknown, effects = result
             self.apply(effects)
-            return HeartbeatOutcome(effects=effects)
-        unknown, effects = self.store.apply_heartbeat(heartbeat.plan, response, self._clock())
-        self.apply(effects)
-        if unknown:
-            self._kill_sets.setdefault(worker_id, set()).update(unknown)
-        return HeartbeatOutcome(unknown, effects, bool(unknown) or has_more_logs(heartbeat.plan, response))
+            if unknown:
+                self._kill_sets.setdefault(heartbeat.plan.worker_id, set()).update(unknown)
+            outcomes[i] = HeartbeatOutcome(unknown, effects, bool(unknown) or has_more_logs(heartbeat.plan, response))
+        return [outcome for outcome in outcomes if outcome is not None]
 
     def another_round(self, worker_id: str, outcome: HeartbeatOutcome | None) -> bool:
         """Whether the worker's next round should follow at once: the last one left work behind,

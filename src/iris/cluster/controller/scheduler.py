@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from iris.cluster.controller.scheduling_types import Resources, TaskDemand, WorkerCapacity
+from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import ATTR_TPU_WORKER_ID, AttributeValue, Constraint, ConstraintOp
 
 
@@ -79,54 +79,145 @@ def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
     return task.device.count
 
 
+@dataclass
+class _Class:
+    """The workers whose device and attributes suit one (device, constraints) class of tasks, with
+    what makes a failed search and its reason cheap on a saturated cluster."""
+
+    members: list[WorkerCapacity]
+    ids: frozenset[int]  # positions in the pass's worker list
+    # Componentwise maxima of free resources and free chips when the class was first seen. Free
+    # capacity only shrinks within a pass, so they stay upper bounds: a need above them fits nowhere.
+    most_free: Resources
+    most_device_free: int
+    # Members by total size: a reason counts the workers large enough for a need per distinct size.
+    by_total: dict[Resources, list[WorkerCapacity]]
+    # Round-robin placement: members emptiest first, and where the next search starts.
+    eligible: list[WorkerCapacity] | None = None
+    cursor: int = 0
+    # Resource needs that found no room: capacity only shrinks in a pass, so a need at least as
+    # large in every dimension cannot fit either.
+    failed: list[Resources] = field(default_factory=list)
+
+    def large_enough(self, need: Resources) -> list[list[WorkerCapacity]]:
+        return [members for total, members in self.by_total.items() if need.fits_in(total)]
+
+
 class _Pass:
     """The mutable bookkeeping of one scheduling pass, plus per-pass indexes: which workers satisfy
-    each constraint and each (device, constraints) class, and workers grouped by attribute value."""
+    each constraint and each (device, constraints) class, and workers grouped by attribute value.
+    Index sets hold workers' positions in the pass's worker list, so intersections stay in C."""
 
     def __init__(self, workers: list[WorkerCapacity]):
         self.workers = workers
-        self.free = {w.worker_id: w.available for w in workers}
+        self.position = {w.worker_id: i for i, w in enumerate(workers)}
+        # Free cpu, memory and disk per worker, updated in place: a placement is then a few integer
+        # operations rather than a new frozen Resources.
+        self.free = {
+            w.worker_id: [w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes]
+            for w in workers
+        }
         self.device_free = {w.worker_id: w.device_free for w in workers}
-        self.eligible: dict[tuple, list[WorkerCapacity]] = {}
-        self.cursor: dict[tuple, int] = {}
-        self._holds: dict[Constraint, frozenset[str]] = {}
-        self._classes: dict[tuple, tuple[list[WorkerCapacity], frozenset[str]]] = {}
+        self._holds: dict[Constraint, frozenset[int]] = {}
+        self._by_value: dict[str, tuple[dict[AttributeValue, list[int]], list[int]]] = {}
+        self._with_device: dict[Device, frozenset[int]] = {}
+        self._classes: dict[tuple, _Class] = {}
+        # Consecutive tasks of one job share their device and constraints objects: an identity
+        # check finds their class without hashing the key again.
+        self._last_class: tuple[Device | None, tuple[Constraint, ...], _Class] | None = None
+        self._group_counts: dict[tuple[int, str], Counter[str]] = {}
         self._groups: dict[str, list[tuple[str, list[WorkerCapacity]]]] = {}
-        self.all_ids = frozenset(w.worker_id for w in workers)
-        # Per (device, constraints) class, resource needs that found no room: capacity only
-        # shrinks in a pass, so a need at least as large in every dimension cannot fit either.
-        self.failed: dict[tuple, list[Resources]] = {}
+        self.all_ids = frozenset(range(len(workers)))
 
     def dominated(self, task: TaskDemand) -> bool:
-        return any(r.fits_in(task.resources) for r in self.failed.get((task.device, task.constraints), ()))
+        return any(r.fits_in(task.resources) for r in self.task_class(task).failed)
 
-    def holding(self, constraint: Constraint) -> frozenset[str]:
+    def holding(self, constraint: Constraint) -> frozenset[int]:
+        """Workers on which the constraint holds. A constraint reads one attribute, so it is
+        evaluated once per distinct value of that attribute, not once per worker."""
         ids = self._holds.get(constraint)
         if ids is None:
-            ids = frozenset(w.worker_id for w in self.workers if constraint_holds(constraint, w.attributes))
-            self._holds[constraint] = ids
+            key = constraint.key
+            by_value, lacking = self._values_of(key)
+            held = [
+                i
+                for value, positions in by_value.items()
+                if constraint_holds(constraint, {key: value})
+                for i in positions
+            ]
+            if constraint_holds(constraint, {}):
+                held.extend(lacking)
+            ids = self._holds[constraint] = frozenset(held)
         return ids
 
-    def matching(self, task: TaskDemand) -> tuple[list[WorkerCapacity], frozenset[str]]:
+    def _values_of(self, key: str) -> tuple[dict[AttributeValue, list[int]], list[int]]:
+        """Workers by their value of attribute `key`, and the workers without it."""
+        found = self._by_value.get(key)
+        if found is None:
+            by_value: dict[AttributeValue, list[int]] = {}
+            lacking = []
+            for i, w in enumerate(self.workers):
+                if key in w.attributes:
+                    by_value.setdefault(w.attributes[key], []).append(i)
+                else:
+                    lacking.append(i)
+            found = self._by_value[key] = (by_value, lacking)
+        return found
+
+    def with_device(self, device: Device) -> frozenset[int]:
+        ids = self._with_device.get(device)
+        if ids is None:
+            ids = self._with_device[device] = frozenset(
+                i
+                for i, w in enumerate(self.workers)
+                if device.matches(w.device) and device.count <= w.device.count  # type: ignore[union-attr]
+            )
+        return ids
+
+    def matching(self, task: TaskDemand) -> tuple[list[WorkerCapacity], frozenset[int]]:
         """Workers whose device and attributes suit the task (resources not considered)."""
+        found = self.task_class(task)
+        return found.members, found.ids
+
+    def task_class(self, task: TaskDemand) -> _Class:
+        last = self._last_class
+        if last is not None and last[0] is task.device and last[1] is task.constraints:
+            return last[2]
         key = (task.device, task.constraints)
         found = self._classes.get(key)
         if found is None:
-            ids: frozenset[str] | None = None
+            ids = self.with_device(task.device) if task.device is not None else None
             for constraint in task.constraints:
                 ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
-            device = task.device
-            members = [
-                w
-                for w in self.workers
-                if (ids is None or w.worker_id in ids)
-                and (
-                    device is None
-                    or (device.matches(w.device) and device.count <= w.device.count)  # type: ignore[union-attr]
-                )
-            ]
-            found = self._classes[key] = (members, frozenset(w.worker_id for w in members))
+            members = self.workers if ids is None else [self.workers[i] for i in sorted(ids)]
+            by_total: dict[Resources, list[WorkerCapacity]] = {}
+            for w in members:
+                by_total.setdefault(w.total, []).append(w)
+            free = [self.free[w.worker_id] for w in members]
+            most_free = Resources(*(max(column, default=0) for column in zip(*free, strict=True)))
+            chips = max((self.device_free[w.worker_id] for w in members), default=0)
+            found = self._classes[key] = _Class(
+                members, self.all_ids if ids is None else ids, most_free, chips, by_total
+            )
+        self._last_class = (task.device, task.constraints, found)
         return found
+
+    def could_fit(self, task: TaskDemand) -> bool:
+        """False when no worker of the task's class can have room for it now (a cheap bound)."""
+        found = self.task_class(task)
+        if not task.resources.fits_in(found.most_free):
+            return False
+        return task.device is None or not task.device.count or task.device.count <= found.most_device_free
+
+    def group_counts(self, members: list[WorkerCapacity], group_by: str) -> Counter[str]:
+        """How many of `members` (a list the pass keeps) carry each value of `group_by`."""
+        key = (id(members), group_by)
+        counts = self._group_counts.get(key)
+        if counts is None:
+            counts = self._group_counts[key] = Counter(
+                str(w.attributes[group_by]) for w in members if group_by in w.attributes
+            )
+        return counts
 
     def groups(self, group_by: str) -> list[tuple[str, list[WorkerCapacity]]]:
         groups = self._groups.get(group_by)
@@ -141,14 +232,22 @@ class _Pass:
         return groups
 
     def fits_now(self, task: TaskDemand, worker: WorkerCapacity) -> bool:
+        need = task.resources
+        free = self.free[worker.worker_id]
         return (
-            task.resources.fits_in(self.free[worker.worker_id])
-            and _device_need(task, worker) <= self.device_free[worker.worker_id]
+            need.cpu_millicores <= free[0]
+            and need.memory_bytes <= free[1]
+            and need.disk_bytes <= free[2]
+            and (task.device is None or _device_need(task, worker) <= self.device_free[worker.worker_id])
         )
 
     def take(self, task: TaskDemand, worker: WorkerCapacity) -> None:
-        self.free[worker.worker_id] = self.free[worker.worker_id] - task.resources
-        self.device_free[worker.worker_id] -= _device_need(task, worker)
+        free = self.free[worker.worker_id]
+        free[0] -= task.resources.cpu_millicores
+        free[1] -= task.resources.memory_bytes
+        free[2] -= task.resources.disk_bytes
+        if task.device is not None:
+            self.device_free[worker.worker_id] -= _device_need(task, worker)
 
 
 # ---------------------------------------------------------------- reasons
@@ -165,14 +264,15 @@ def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: 
             others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
             return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
         workers = capable
-    ids = state.all_ids if task.device is None else frozenset(w.worker_id for w in workers)
+    ids = state.all_ids if task.device is None else state.matching(TaskDemand("", "", need, task.device))[1]
     for constraint in task.constraints:
         if not (state.holding(constraint) & ids):
             return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
-    candidates = state.matching(task)[0]
+    task_class = state.task_class(task)
+    candidates = task_class.members
     if not candidates:
         return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
-    able = sum(1 for w in candidates if need.fits_in(w.total))
+    able = sum(len(members) for members in task_class.large_enough(need))
     if not able:
         largest = max(candidates, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
         lacking = ", ".join(_shortfall(need, largest.total))
@@ -199,12 +299,15 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
     task = gang[0]
     group_by = task.gang_group_by
     size = len(gang)
-    able = [w for w in state.matching(task)[0] if task.resources.fits_in(w.total)]
-    if not able:
+    buckets = state.task_class(task).large_enough(task.resources)
+    if not buckets:
         return f"gang of {size}: " + _unplaceable_reason(task, workers, state)
-    groups = Counter(str(w.attributes[group_by]) for w in able if group_by in w.attributes)
+    groups: Counter[str] = Counter()
+    for members in buckets:
+        groups.update(state.group_counts(members, group_by))
     if not groups:
-        return f"gang of {size} needs workers with attribute '{group_by}'; none of the {len(able)} suitable worker(s) have it"
+        able = sum(len(members) for members in buckets)
+        return f"gang of {size} needs workers with attribute '{group_by}'; none of the {able} suitable worker(s) have it"
     biggest = max(groups.values())
     if biggest < size:
         return (
@@ -212,7 +315,10 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
             f"workers has {biggest} ({len(groups)} group(s))"
         )
     free_groups = Counter(
-        str(w.attributes[group_by]) for w in able if group_by in w.attributes and state.fits_now(task, w)
+        str(w.attributes[group_by])
+        for members in (buckets if state.could_fit(task) else ())
+        for w in members
+        if group_by in w.attributes and state.fits_now(task, w)
     )
     best_free = max(free_groups.values(), default=0)
     return (
@@ -232,18 +338,19 @@ def _place_single(task: TaskDemand, state: _Pass) -> WorkerCapacity | None:
     placement cost a few checks instead of a scan of every worker, which matters with thousands of
     each. Room now (free >= need) implies the worker is large enough, so no size filter is needed.
     """
-    key = (task.device, task.constraints)
-    eligible = state.eligible.get(key)
+    if not state.could_fit(task):
+        return None
+    task_class = state.task_class(task)
+    eligible = task_class.eligible
     if eligible is None:
         # Emptiest first, so the first placements of a pass go where there is most room.
-        eligible = sorted(state.matching(task)[0], key=lambda w: -state.free[w.worker_id].cpu_millicores)
-        state.eligible[key] = eligible
+        eligible = task_class.eligible = sorted(task_class.members, key=lambda w: -state.free[w.worker_id][0])
     count = len(eligible)
-    start = state.cursor.get(key, 0)
+    start = task_class.cursor
     for offset in range(count):
         worker = eligible[(start + offset) % count]
         if state.fits_now(task, worker):
-            state.cursor[key] = (start + offset + 1) % count
+            task_class.cursor = (start + offset + 1) % count
             return worker
     return None
 
@@ -252,6 +359,8 @@ def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | 
     """Distinct workers sharing one group value, one per task, or None. Within a group, workers are
     taken in id order so task i tends to land on the i-th host of a slice."""
     task, size = gang[0], len(gang)
+    if not state.could_fit(task):
+        return None
     _, suitable = state.matching(task)
     need = task.resources
     for _, members in state.groups(task.gang_group_by):
@@ -259,7 +368,7 @@ def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | 
             continue
         chosen = []
         for w in members:
-            if w.worker_id in suitable and need.fits_in(w.total) and state.fits_now(task, w):
+            if state.position[w.worker_id] in suitable and need.fits_in(w.total) and state.fits_now(task, w):
                 chosen.append(w)
                 if len(chosen) == size:
                     return chosen
@@ -323,7 +432,7 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
             continue
         worker = None if state.dominated(task) else _place_single(task, state)
         if worker is None:
-            state.failed.setdefault((task.device, task.constraints), []).append(task.resources)
+            state.task_class(task).failed.append(task.resources)
             reason = _unplaceable_reason(task, workers, state)
             unfit_shapes[task.shape()] = reason
             pending[task.task_id] = reason

@@ -28,14 +28,15 @@ from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.existing_jobs import JobNameTakenError
 from iris.cluster.controller.launch import validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
-from iris.cluster.controller.store_reads import JOB_ORDER_SQL, JobFilters
+from iris.cluster.controller.store_reads import JOB_ORDER_KEYS, JobFilters, job_order_key, job_order_key_types
 from iris.cluster.limits import (
     DEFAULT_INPUT_LIMITS,
     InputLimits,
     check_launch_limits,
     check_request_limits,
     check_worker_id,
-    parse_page_token,
+    parse_job_page_token,
+    position_page_token,
 )
 from iris.cluster.platform.base import Platform, PlatformError, ResourceNotFoundError
 from iris.cluster.types import normalize_job_id
@@ -147,20 +148,27 @@ class ControllerServiceImpl:
         page_size = request.page_size or DEFAULT_PAGE_SIZE
         if not 0 < page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
-        offset = parse_page_token(request.page_token)
+        if request.order not in JOB_ORDER_KEYS:
+            raise ValueError(f"unknown job order {request.order}")
+        position = parse_job_page_token(request.page_token, request.order, job_order_key_types(request.order))
+        offset = position.offset
         prefix = request.name_prefix
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
-        if request.order not in JOB_ORDER_SQL:
-            raise ValueError(f"unknown job order {request.order}")
         filters = JobFilters(
             name_contains=request.name_contains,
             roots_only=request.roots_only,
             parent_job_id=normalize_job_id(request.parent_job_id) if request.parent_job_id else "",
             order=request.order,
         )
-        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset, filters)
-        next_token = str(offset + page_size) if offset + page_size < total else ""
+        jobs, total = self._store.list_jobs(request.states, prefix, page_size, offset, filters, position.after)
+        # The next page continues after this page's last row: it costs the same however deep it
+        # is, and jobs submitted meanwhile do not shift it.
+        next_token = (
+            position_page_token(request.order, offset + page_size, job_order_key(request.order, jobs[-1]))
+            if len(jobs) == page_size and offset + page_size < total
+            else ""
+        )
         return pb.ListJobsResponse(jobs=jobs, next_page_token=next_token, total_count=total)
 
     @_rpc

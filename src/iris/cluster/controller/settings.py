@@ -29,6 +29,10 @@ from iris.rpc import config_pb2
 
 # A heartbeat RPC that takes longer than this counts as failed.
 HEARTBEAT_RPC_TIMEOUT_S = 10.0
+# Heartbeat RPCs open at once. A round over ten thousand workers sent all at once would open as
+# many connections, overflow listen backlogs and time out in the queue; a few hundred keep both
+# ends busy without a backlog.
+MAX_HEARTBEATS_IN_FLIGHT = 256
 # The scheduler also runs this often with no event, for time-based rules such as timeouts.
 SCHEDULER_FALLBACK_INTERVAL_S = 1.0
 # The failure backoff never starts below this, however fast the autoscaler evaluates.
@@ -41,6 +45,7 @@ class ControllerSettings:
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL.seconds
     worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT.seconds
     heartbeat_rpc_timeout_s: float = HEARTBEAT_RPC_TIMEOUT_S
+    max_heartbeats_in_flight: int = MAX_HEARTBEATS_IN_FLIGHT
     scheduler_fallback_interval_s: float = SCHEDULER_FALLBACK_INTERVAL_S
 
     @property

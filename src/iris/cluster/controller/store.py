@@ -80,6 +80,7 @@ class ControllerStore(StoreReads):
                 )
             root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
             # A job and its tasks are born PENDING; their history starts with their first move.
+            self._jobs_changed += 1
             db.execute(
                 "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
                 " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -204,6 +205,7 @@ class ControllerStore(StoreReads):
             )
         for table in ("tasks", "task_logs", "endpoints", "jobs"):
             db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
+        self._jobs_changed += 1
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:
             self._requests.pop(job_id, None)
@@ -403,40 +405,59 @@ class ControllerStore(StoreReads):
 
     def plan_heartbeat(self, worker_id: str, controller_address: str) -> HeartbeatPlan | None:
         """What a live worker gets in its next heartbeat: attempts to start, attempts expected."""
+        return self.plan_heartbeats([worker_id], controller_address)[worker_id]
+
+    def plan_heartbeats(
+        self, worker_ids: Sequence[str], controller_address: str
+    ) -> dict[str, HeartbeatPlan | None]:
+        """`plan_heartbeat` for many workers in two queries per chunk of ids, not two per worker;
+        None for a worker that is no longer live."""
+        plans: dict[str, HeartbeatPlan | None] = dict.fromkeys(worker_ids)
         with self._read() as db:
-            worker = db.execute("SELECT * FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
-            if worker is None or worker["state"] not in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
-                return None
-            attempts = db.execute(
-                "SELECT a.*, t.job_id, t.task_index FROM attempts a JOIN tasks t ON t.task_id = a.task_id "
-                "WHERE a.worker_id=? AND a.logs_complete=0",
-                (worker_id,),
-            ).fetchall()
-            to_run, expected = [], []
-            for a in attempts:
-                if a["state"] in ACTIVE_ATTEMPT_STATES and not a["sent"]:
-                    request = self.request_for(a["job_id"])
-                    hosts = self._gang_hosts(a["job_id"]) if request.resources.device.HasField("tpu") else []
-                    to_run.append(
-                        run_request(request, a, worker_id, controller_address, hosts, worker_metadata(worker))
+            for chunk in _chunks(list(plans)):
+                marks = ",".join("?" * len(chunk))
+                workers = {
+                    w["worker_id"]: w
+                    for w in db.execute(
+                        f"SELECT * FROM workers WHERE worker_id IN ({marks}) AND state IN ({LIVE_WORKER_SQL})",
+                        chunk,
                     )
-                if a["state"] in ACTIVE_ATTEMPT_STATES or a["delivered"] or a["sent"]:
-                    expected.append(
-                        pb.ExpectedTask(
-                            task_id=a["task_id"], attempt_id=a["attempt_id"], log_offset=a["log_offset"]
-                        )
-                    )
+                }
+                open_attempts: dict[str, list[sqlite3.Row]] = {}
+                for a in db.execute(
+                    "SELECT a.*, t.job_id, t.task_index FROM attempts a JOIN tasks t ON t.task_id = a.task_id "
+                    f"WHERE a.worker_id IN ({marks}) AND a.logs_complete=0",
+                    chunk,
+                ):
+                    open_attempts.setdefault(a["worker_id"], []).append(a)
+                for worker_id, worker in workers.items():
+                    plans[worker_id] = self._plan(worker, open_attempts.get(worker_id, ()), controller_address)
+        return plans
+
+    def _plan(
+        self, worker: sqlite3.Row, attempts: Sequence[sqlite3.Row], controller_address: str
+    ) -> HeartbeatPlan:
+        worker_id = worker["worker_id"]
+        to_run, expected = [], []
+        for a in attempts:
+            if a["state"] in ACTIVE_ATTEMPT_STATES and not a["sent"]:
+                request = self.request_for(a["job_id"])
+                hosts = self._gang_hosts(a["job_id"]) if request.resources.device.HasField("tpu") else []
+                to_run.append(run_request(request, a, worker_id, controller_address, hosts, worker_metadata(worker)))
+            if a["state"] in ACTIVE_ATTEMPT_STATES or a["delivered"] or a["sent"]:
+                expected.append(
+                    pb.ExpectedTask(task_id=a["task_id"], attempt_id=a["attempt_id"], log_offset=a["log_offset"])
+                )
         return HeartbeatPlan(worker_id, worker["address"], to_run, expected, worker["callback_token"])
 
-    def record_sent(self, plan: HeartbeatPlan) -> None:
-        """Before the heartbeat goes out: its attempts are sent, and no later plan sends them again."""
-        if not plan.to_run:
+    def record_sent(self, plans: Sequence[HeartbeatPlan]) -> None:
+        """Before the heartbeats go out: their attempts are sent, and no later plan sends them again."""
+        sent = [(run.task_id, run.attempt_id) for plan in plans for run in plan.to_run]
+        if not sent:
             return
-        with self._write("dispatch", plan.worker_id) as db:
-            db.executemany(
-                "UPDATE attempts SET sent=1 WHERE task_id=? AND attempt_id=?",
-                [(run.task_id, run.attempt_id) for run in plan.to_run],
-            )
+        senders = [plan.worker_id for plan in plans if plan.to_run]
+        with self._write("dispatch", senders[0] if len(senders) == 1 else f"{len(senders)} workers") as db:
+            db.executemany("UPDATE attempts SET sent=1 WHERE task_id=? AND attempt_id=?", sent)
 
     def _gang_hosts(self, job_id: str) -> list[str]:
         # Gang members are placed in one transaction, so every task's worker is the current one;
@@ -459,41 +480,90 @@ class ControllerStore(StoreReads):
         Returns the attempts the worker runs that the controller does not expect (to be killed)
         and the effects of the changes.
         """
+        result = self.apply_heartbeats([(plan, response)], now_ms)[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def apply_heartbeats(
+        self, answers: Sequence[tuple[HeartbeatPlan, pb.HeartbeatResponse]], now_ms: int
+    ) -> list[tuple[list[tuple[str, int]], Effects] | Exception]:
+        """`apply_heartbeat` for many answers in one write transaction. Each answer is its own
+        event: one that fails is rolled back alone and its exception takes its place in the result."""
+        results: list[tuple[list[tuple[str, int]], Effects] | Exception] = []
+        with self._write("heartbeat", "") as db:
+            idle = self._note_idle_heartbeats(db, answers, now_ms)
+            for plan, response in answers:
+                if plan.worker_id in idle:
+                    results.append(([], Effects()))
+                    continue
+                try:
+                    with self._event_within("heartbeat", plan.worker_id):
+                        results.append(self._apply_heartbeat(db, plan, response, now_ms))
+                except Exception as exc:  # noqa: BLE001 - one bad answer must not undo the others
+                    results.append(exc)
+        return results
+
+    def _note_idle_heartbeats(
+        self, db: sqlite3.Connection, answers: Sequence[tuple[HeartbeatPlan, pb.HeartbeatResponse]], now_ms: int
+    ) -> set[str]:
+        """Stamp the heartbeat of healthy workers that have nothing to run, report or deliver, in one
+        statement per chunk: on a big cluster most answers are these, and each would otherwise be a
+        read and a write of its own. Returns the workers stamped; the others need the full path."""
+        idle = [
+            plan.worker_id
+            for plan, response in answers
+            if not plan.to_run and not plan.expected and not response.running_tasks and not response.completed_tasks
+        ]
+        stamped: set[str] = set()
+        for chunk in _chunks(idle):
+            stamped.update(
+                row[0]
+                for row in db.execute(
+                    f"UPDATE workers SET last_heartbeat_ms=?, error='' WHERE state={pb.WORKER_STATE_HEALTHY}"
+                    f" AND worker_id IN ({','.join('?' * len(chunk))}) RETURNING worker_id",
+                    (now_ms, *chunk),
+                )
+            )
+        return stamped
+
+    def _apply_heartbeat(
+        self, db: sqlite3.Connection, plan: HeartbeatPlan, response: pb.HeartbeatResponse, now_ms: int
+    ) -> tuple[list[tuple[str, int]], Effects]:
         effects = Effects()
         statuses = {
             (s.task_id, s.attempt_id): s for s in (*response.running_tasks, *response.completed_tasks)
         }
-        with self._write("heartbeat", plan.worker_id) as db:
-            worker = db.execute("SELECT state FROM workers WHERE worker_id=?", (plan.worker_id,)).fetchone()
-            if worker is None or worker["state"] not in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
-                return [], effects
-            self._set_state(
-                "worker", plan.worker_id, worker["state"], pb.WORKER_STATE_HEALTHY, "heartbeat ok", now_ms,
-                last_heartbeat_ms=now_ms, error="",
-            )  # fmt: skip
-            if plan.to_run:
-                db.executemany(
-                    "UPDATE attempts SET delivered=1 WHERE task_id=? AND attempt_id=?",
-                    [(run.task_id, run.attempt_id) for run in plan.to_run],
-                )
-            expected = [(e.task_id, e.attempt_id) for e in plan.expected]
-            if not expected and not statuses:
-                return [], effects
-            tails = self._absorb_logs(expected, statuses)
-            snapshot = self._snapshot([*expected, *statuses])
-            reports = {key: reconcile.report_from_proto(status) for key, status in statuses.items()}
-            decisions, rejected = reconcile.on_heartbeat(plan.worker_id, expected, reports, snapshot, tails)
-            for (task_id, attempt_id), error in rejected:
-                story = self._story(error.kind, error.entity_id)
-                logger.error(
-                    "ignoring report of %s#%s from %s: %s; story: %s",
-                    task_id,
-                    attempt_id,
-                    plan.worker_id,
-                    error,
-                    story,
-                )
-            self._persist(decisions, now_ms, effects)
+        worker = db.execute("SELECT state FROM workers WHERE worker_id=?", (plan.worker_id,)).fetchone()
+        if worker is None or worker["state"] not in (pb.WORKER_STATE_HEALTHY, pb.WORKER_STATE_UNHEALTHY):
+            return [], effects
+        self._set_state(
+            "worker", plan.worker_id, worker["state"], pb.WORKER_STATE_HEALTHY, "heartbeat ok", now_ms,
+            last_heartbeat_ms=now_ms, error="",
+        )  # fmt: skip
+        if plan.to_run:
+            db.executemany(
+                "UPDATE attempts SET delivered=1 WHERE task_id=? AND attempt_id=?",
+                [(run.task_id, run.attempt_id) for run in plan.to_run],
+            )
+        expected = [(e.task_id, e.attempt_id) for e in plan.expected]
+        if not expected and not statuses:
+            return [], effects
+        tails = self._absorb_logs(expected, statuses)
+        snapshot = self._snapshot([*expected, *statuses])
+        reports = {key: reconcile.report_from_proto(status) for key, status in statuses.items()}
+        decisions, rejected = reconcile.on_heartbeat(plan.worker_id, expected, reports, snapshot, tails)
+        for (task_id, attempt_id), error in rejected:
+            story = self._story(error.kind, error.entity_id)
+            logger.error(
+                "ignoring report of %s#%s from %s: %s; story: %s",
+                task_id,
+                attempt_id,
+                plan.worker_id,
+                error,
+                story,
+            )
+        self._persist(decisions, now_ms, effects)
         return decisions.unknown, effects
 
     def _absorb_logs(
@@ -625,3 +695,11 @@ class ControllerStore(StoreReads):
                 ):
                     self._fail_worker(worker, reason, now_ms, effects, final_state)
         return effects
+
+
+# Ids per `IN (...)` query: well under SQLite's limit on bound parameters.
+_IN_CHUNK = 500
+
+
+def _chunks(ids: list[str]) -> list[list[str]]:
+    return [ids[i : i + _IN_CHUNK] for i in range(0, len(ids), _IN_CHUNK)]

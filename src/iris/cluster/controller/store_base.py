@@ -138,6 +138,10 @@ class StoreBase:
         # Healthy workers' capacities for the submit-time feasibility check; dropped when a
         # worker changes state or registers again (its offer may have changed).
         self._idle_capacities: list[WorkerCapacity] | None = None
+        # Bumped whenever a job is created, deleted or changes state: ListJobs keeps the count of
+        # each selection until then, since counting a million rows costs more than a page.
+        self._jobs_changed = 0
+        self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         with self._write("migrate", self._path):
@@ -161,6 +165,21 @@ class StoreBase:
             finally:
                 self._event = self._event_id = None
             self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _event_within(self, event: str, subject: str) -> Iterator[sqlite3.Connection]:
+        """One event of a batch that shares a `_write()` transaction: its transitions carry its own
+        event id, and a failure rolls back this event alone (a savepoint) before it propagates.
+        One commit for many events is what makes a heartbeat round over thousands of workers cheap."""
+        self._event, self._event_id = (event, subject), None
+        self._conn.execute("SAVEPOINT event")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK TO event")
+            raise
+        finally:
+            self._conn.execute("RELEASE event")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -211,6 +230,8 @@ class StoreBase:
                 " VALUES (?,?,?,?,?,?,?)",
                 (kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)),
             )
+        if kind == "job":
+            self._jobs_changed += 1
         table, key_columns = _ENTITIES[kind]
         assignments, params = ["state=?"], [new]
         for column, value in columns.items():

@@ -34,14 +34,45 @@ from iris.cluster.controller.store_base import (
     StoreBase,
 )
 
-# Each order is served by an index, so deep pages of 100k jobs need no sort.
-JOB_ORDER_SQL: dict[int, str] = {
-    pb.JOB_ORDER_NEWEST: "submitted_at_ms DESC, job_id",
-    pb.JOB_ORDER_OLDEST: "submitted_at_ms ASC, job_id DESC",
-    pb.JOB_ORDER_NAME: "job_id ASC",
-    pb.JOB_ORDER_NAME_DESC: "job_id DESC",
-    pb.JOB_ORDER_STATE: "state, submitted_at_ms DESC, job_id",
+# Each order's sort key, (column, descending) from most to least significant. Each is served by an
+# index, so pages need no sort, and a page after a given row seeks to it instead of skipping rows.
+JOB_ORDER_KEYS: dict[int, tuple[tuple[str, bool], ...]] = {
+    pb.JOB_ORDER_NEWEST: (("submitted_at_ms", True), ("job_id", False)),
+    pb.JOB_ORDER_OLDEST: (("submitted_at_ms", False), ("job_id", True)),
+    pb.JOB_ORDER_NAME: (("job_id", False),),
+    pb.JOB_ORDER_NAME_DESC: (("job_id", True),),
+    pb.JOB_ORDER_STATE: (("state", False), ("submitted_at_ms", True), ("job_id", False)),
 }
+JOB_ORDER_SQL: dict[int, str] = {
+    order: ", ".join(f"{column} {'DESC' if descending else 'ASC'}" for column, descending in key)
+    for order, key in JOB_ORDER_KEYS.items()
+}
+_KEY_TYPES = {"submitted_at_ms": int, "state": int, "job_id": str}
+# Selections whose job count ListJobs keeps between job changes.
+JOB_COUNTS_KEPT = 256
+
+
+def job_order_key_types(order: int) -> tuple[type, ...]:
+    return tuple(_KEY_TYPES[column] for column, _ in JOB_ORDER_KEYS[order])
+
+
+def job_order_key(order: int, job: pb.JobStatus) -> tuple[int | str, ...]:
+    """The sort key of a listed job, as a page token carries it."""
+    values = {"submitted_at_ms": job.submitted_at.epoch_ms, "state": job.state, "job_id": job.job_id}
+    return tuple(values[column] for column, _ in JOB_ORDER_KEYS[order])
+
+
+def _after_sql(order: int, after: tuple[int | str, ...]) -> tuple[str, list[object]]:
+    """Rows that come after the one whose sort key is `after`. The first column's bound alone
+    lets SQLite seek in the order's index; the disjunction then settles ties."""
+    key = JOB_ORDER_KEYS[order]
+    disjuncts, params = [], []
+    for i, (column, descending) in enumerate(key):
+        equal = [f"{c} = ?" for c, _ in key[:i]]
+        disjuncts.append("(" + " AND ".join([*equal, f"{column} {'<' if descending else '>'} ?"]) + ")")
+        params += [*after[:i], after[i]]
+    first, descending = key[0]
+    return f"{first} {'<=' if descending else '>='} ? AND ({' OR '.join(disjuncts)})", [after[0], *params]
 
 
 @dataclass(frozen=True)
@@ -193,7 +224,10 @@ class StoreReads(StoreBase):
         limit: int,
         offset: int,
         filters: JobFilters | None = None,
+        after: tuple[int | str, ...] = (),
     ) -> tuple[list[pb.JobStatus], int]:
+        """A page of jobs and how many the selection holds. With `after` (a sort key from
+        `job_order_key`), the page starts just after that row and `offset` is not skipped."""
         where, params = [], []
         state_list = list(states)
         if state_list:
@@ -207,11 +241,18 @@ class StoreReads(StoreBase):
         where += extra_where
         params += extra_params
         clause = f"WHERE {' AND '.join(where)}" if where else ""
+        page_where, page_params = list(where), list(params)
+        if after:
+            after_sql, after_params = _after_sql(filters.order, after)
+            page_where.append(after_sql)
+            page_params += after_params
+            offset = 0
+        page_clause = f"WHERE {' AND '.join(page_where)}" if page_where else ""
         with self._read() as db:
-            total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
+            total = self._count_jobs(db, clause, params)
             rows = db.execute(
-                f"SELECT * FROM jobs {clause} ORDER BY {JOB_ORDER_SQL[filters.order]} LIMIT ? OFFSET ?",
-                [*params, limit, offset],
+                f"SELECT * FROM jobs {page_clause} ORDER BY {JOB_ORDER_SQL[filters.order]} LIMIT ? OFFSET ?",
+                [*page_params, limit, offset],
             ).fetchall()
             jobs = [render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows]
             ids = [job.job_id for job in jobs]
@@ -225,6 +266,18 @@ class StoreReads(StoreBase):
             for job in jobs:
                 job.num_children = children.get(job.job_id, 0)
             return jobs, total
+
+    def _count_jobs(self, db: sqlite3.Connection, clause: str, params: list[object]) -> int:
+        """The selection's size, counted again only after a job was created, deleted or moved."""
+        key = (clause, tuple(params))
+        cached = self._job_counts.get(key)
+        if cached is not None and cached[0] == self._jobs_changed:
+            return cached[1]
+        total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
+        if len(self._job_counts) >= JOB_COUNTS_KEPT:
+            self._job_counts.clear()
+        self._job_counts[key] = (self._jobs_changed, total)
+        return total
 
     def job_request(self, job_id: str) -> pb.LaunchJobRequest:
         """The job's LaunchJobRequest as stored (a copy the caller may change)."""
