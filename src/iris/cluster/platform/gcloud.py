@@ -1,4 +1,5 @@
-"""The `gcloud` CLI as GcpPlatform drives it: one runner, one error table, pure argv builders.
+"""The `gcloud` CLI as GcpPlatform drives it: one runner, one error table, pure argv builders, and
+`RemoteExec` over `gcloud ... ssh` for TPU workers and GCE VMs.
 
 Every gcloud process Iris starts goes through `Gcloud.start`: it adds the project and
 `--quiet`, runs with the environment the platform was given (a test points gcloud at a fake of
@@ -13,10 +14,14 @@ import logging
 import os
 import re
 import shlex
+import socket
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from iris.cluster.platform.base import (
     CommandResult,
@@ -24,6 +29,16 @@ from iris.cluster.platform.base import (
     PlatformUnavailableError,
     QuotaExhaustedError,
     ResourceNotFoundError,
+)
+from iris.cluster.platform.remote_exec import (
+    DEFAULT_COMMAND_TIMEOUT,
+    TIMEOUT_EXIT,
+    HostUnreachableError,
+    RemoteCommandFailedError,
+    RemoteCommandTimeoutError,
+    bounded_command,
+    classify_client_error,
+    short_command,
 )
 from iris.time import Duration, wait_until
 
@@ -477,3 +492,171 @@ def instance_forward_args(
         "compute", "ssh", name, f"--zone={zone}", *ssh_flags(connect_timeout),
         "--", "-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local_port}:127.0.0.1:{remote_port}",
     ]  # fmt: skip
+
+
+# gcloud's own work around an ssh (key check, metadata update) on top of the command's timeout.
+SSH_SLACK = Duration.from_seconds(90)
+# gcloud's own failure (as opposed to the remote command's exit code, which gcloud ssh passes on).
+_GCLOUD_OWN_ERROR = re.compile(r"^ERROR: \(gcloud\.", re.MULTILINE)
+_SSH_KEY_NOT_ADDED = re.compile(r"Could not add SSH key to (instance|project) metadata")
+
+
+# ---------------------------------------------------------------- remote execution over gcloud ssh
+
+
+class _GcloudSshExec(ABC):
+    """`RemoteExec` through `gcloud ... ssh` (which manages the SSH key and the host's metadata)."""
+
+    def __init__(self, gcloud: Gcloud, name: str, zone: str, address: str, connect_timeout: Duration):
+        self._gcloud = gcloud
+        self._name = name
+        self._zone = zone
+        self._address = address
+        self._connect_timeout = connect_timeout
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def zone(self) -> str:
+        return self._zone
+
+    @abstractmethod
+    def _ssh_args(self, command: str) -> list[str]:
+        """The gcloud arguments that run `command` on this host."""
+
+    @abstractmethod
+    def _scp_args(self, local_path: str, remote_path: str) -> list[str]:
+        """The gcloud arguments that copy a local file to this host."""
+
+    def _context(self, what: str) -> GcloudContext:
+        return GcloudContext(f"{what} on {self._name} ({self._address})", self._zone)
+
+    def _deadline(self, timeout: Duration | None) -> Duration:
+        base = timeout.seconds if timeout is not None else 24 * 3600
+        return Duration.from_seconds(base + self._connect_timeout.seconds + SSH_SLACK.seconds)
+
+    def _checked(self, command: str, timeout: Duration | None, result: CommandResult) -> CommandResult:
+        error = classify_client_error(self._address, result.returncode, result.stderr)
+        if error is not None:
+            raise error
+        if result.returncode != 0 and _GCLOUD_OWN_ERROR.search(result.stderr):
+            error = classify_gcloud_error(result.stderr, self._context(f"`{short_command(command)}`"))
+            if _SSH_KEY_NOT_ADDED.search(result.stderr) and not isinstance(error, GcpPermissionError):
+                # Two clients adding their keys to the same metadata at once: the loser sees a stale
+                # fingerprint. The host is not reachable yet, and trying again fixes it.
+                raise HostUnreachableError(self._address, str(error))
+            raise error
+        if timeout is not None and result.returncode == TIMEOUT_EXIT:
+            raise RemoteCommandTimeoutError(
+                self._address,
+                f"`{short_command(command)}` on {self._address} did not finish within {timeout}",
+            )
+        return result
+
+    def _call(
+        self, command: str, timeout: Duration | None, on_line: Callable[[str], None] | None
+    ) -> CommandResult:
+        call = self._gcloud.start(
+            self._ssh_args(bounded_command(command, timeout)),
+            self._context(f"`{short_command(command)}`"),
+            self._deadline(timeout),
+            on_line,
+        )
+        try:
+            result = call.finish()
+        except PlatformUnavailableError:
+            raise HostUnreachableError(
+                self._address,
+                f"ssh to {self._name} ({self._address}) did not finish within {self._deadline(timeout)}",
+            ) from None
+        return self._checked(command, timeout, result)
+
+    def run(self, command: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
+        return self._call(command, timeout, None)
+
+    def run_streaming(
+        self, command: str, on_line: Callable[[str], None], timeout: Duration | None = None
+    ) -> CommandResult:
+        return self._call(command, timeout, on_line)
+
+    def copy_file(
+        self, local_path: Path, remote_path: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT
+    ) -> None:
+        context = self._context(f"copying {local_path} to {remote_path}")
+        result = self._gcloud.start(
+            self._scp_args(str(local_path), remote_path), context, self._deadline(timeout)
+        ).finish()
+        error = classify_client_error(self._address, result.returncode, result.stderr)
+        if error is not None:
+            raise error
+        if result.returncode != 0:
+            raise RemoteCommandFailedError(self._address, f"copying {local_path} to {remote_path}", result)
+
+
+class GcloudRemoteExec(_GcloudSshExec):
+    """One worker host of a TPU node, through `gcloud compute tpus tpu-vm ssh --worker=N`."""
+
+    def __init__(
+        self, gcloud: Gcloud, node: str, zone: str, worker: int, address: str, connect_timeout: Duration
+    ):
+        super().__init__(gcloud, node, zone, address, connect_timeout)
+        self._worker = worker
+
+    def _ssh_args(self, command: str) -> list[str]:
+        return tpu_ssh_args(self._name, self._zone, self._worker, command, self._connect_timeout)
+
+    def _scp_args(self, local_path: str, remote_path: str) -> list[str]:
+        return tpu_scp_args(self._name, self._zone, self._worker, local_path, remote_path)
+
+
+class GceRemoteExec(_GcloudSshExec):
+    """A GCE VM, through `gcloud compute ssh`."""
+
+    def _ssh_args(self, command: str) -> list[str]:
+        return instance_ssh_args(self._name, self._zone, command, self._connect_timeout)
+
+    def _scp_args(self, local_path: str, remote_path: str) -> list[str]:
+        return instance_scp_args(self._name, self._zone, local_path, remote_path)
+
+    @contextmanager
+    def forward(self, remote_port: int, local_port: int | None = None) -> Iterator[int]:
+        """A local port forwarded to the VM's own `127.0.0.1:remote_port` while the block runs."""
+        port = local_port or _free_local_port()
+        args = instance_forward_args(self._name, self._zone, port, remote_port, self._connect_timeout)
+        call = self._gcloud.start(args, self._context("the tunnel"), Duration.from_seconds(7 * 24 * 3600))
+        try:
+            try:
+                wait_until(
+                    lambda: not call.running() or _accepts(port),
+                    self._connect_timeout.seconds + SSH_SLACK.seconds,
+                    0.05,
+                    f"the tunnel to {self._name}",
+                )
+            except TimeoutError:
+                raise HostUnreachableError(
+                    self._address, f"the SSH tunnel to {self._name} ({self._address}) did not open in time"
+                ) from None
+            if not call.running():
+                result = call.finish()
+                raise classify_client_error(
+                    self._address, result.returncode, result.stderr
+                ) or classify_gcloud_error(result.stderr, self._context("opening the tunnel"))
+            yield port
+        finally:
+            call.kill()
+
+
+def _free_local_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False

@@ -25,9 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -60,17 +58,10 @@ from iris.cluster.platform.bootstrap import (
     worker_daemon,
     worker_daemon_name,
 )
-from iris.cluster.platform.gcloud import Gcloud, GcloudContext, GcpPermissionError, classify_gcloud_error
+from iris.cluster.platform.gcloud import GceRemoteExec, Gcloud, GcloudContext, GcloudRemoteExec
 from iris.cluster.platform.remote_exec import (
-    DEFAULT_COMMAND_TIMEOUT,
-    TIMEOUT_EXIT,
     HostUnreachableError,
-    RemoteCommandFailedError,
-    RemoteCommandTimeoutError,
     RemoteExecWorkerBase,
-    bounded_command,
-    classify_client_error,
-    short_command,
 )
 from iris.cluster.types import ATTR_PREEMPTIBLE, ATTR_TPU_NAME, ATTR_TPU_WORKER_ID, ATTR_ZONE, AttributeValue
 from iris.config import DEFAULT_CONTROLLER_PORT, config_to_dict
@@ -86,17 +77,12 @@ DEFAULT_BOOT_DISK_SIZE_GB = 50
 _API_TIMEOUT = Duration.from_seconds(120)
 # How long `create` may take to have its request accepted (quota is refused before that).
 _ACCEPT_TIMEOUT = Duration.from_seconds(120)
-# gcloud's own work around an ssh (key check, metadata update) on top of the command's timeout.
-_SSH_SLACK = Duration.from_seconds(90)
 _BOOTSTRAP_SLACK = Duration.from_seconds(60)
 _LOGS_TIMEOUT = Duration.from_seconds(60)
 # Tries of a label or metadata update that Compute refuses for a stale fingerprint.
 _FINGERPRINT_ATTEMPTS = 3
 # What `gcloud ... create` prints once the API has accepted the request and it waits for the operation.
 _REQUEST_ISSUED = re.compile(r"request issued|Waiting for operation|Created \[", re.IGNORECASE)
-# gcloud's own failure (as opposed to the remote command's exit code, which gcloud ssh passes on).
-_GCLOUD_OWN_ERROR = re.compile(r"^ERROR: \(gcloud\.", re.MULTILINE)
-_SSH_KEY_NOT_ADDED = re.compile(r"Could not add SSH key to (instance|project) metadata")
 # Node states in which the machines are gone or going; the slice cannot come back from them.
 _NODE_LOST = {
     "PREEMPTED": "preempted",
@@ -171,167 +157,6 @@ def worker_id_of(slice_id: str, index: int) -> str:
 def _json(result: CommandResult) -> Any:
     text = result.stdout.strip()
     return json.loads(text) if text else None
-
-
-# ---------------------------------------------------------------- remote execution over gcloud ssh
-
-
-class _GcloudSshExec(ABC):
-    """`RemoteExec` through `gcloud ... ssh` (which manages the SSH key and the host's metadata)."""
-
-    def __init__(self, gcloud: Gcloud, name: str, zone: str, address: str, connect_timeout: Duration):
-        self._gcloud = gcloud
-        self._name = name
-        self._zone = zone
-        self._address = address
-        self._connect_timeout = connect_timeout
-
-    @property
-    def address(self) -> str:
-        return self._address
-
-    @property
-    def zone(self) -> str:
-        return self._zone
-
-    @abstractmethod
-    def _ssh_args(self, command: str) -> list[str]:
-        """The gcloud arguments that run `command` on this host."""
-
-    @abstractmethod
-    def _scp_args(self, local_path: str, remote_path: str) -> list[str]:
-        """The gcloud arguments that copy a local file to this host."""
-
-    def _context(self, what: str) -> GcloudContext:
-        return GcloudContext(f"{what} on {self._name} ({self._address})", self._zone)
-
-    def _deadline(self, timeout: Duration | None) -> Duration:
-        base = timeout.seconds if timeout is not None else 24 * 3600
-        return Duration.from_seconds(base + self._connect_timeout.seconds + _SSH_SLACK.seconds)
-
-    def _checked(self, command: str, timeout: Duration | None, result: CommandResult) -> CommandResult:
-        error = classify_client_error(self._address, result.returncode, result.stderr)
-        if error is not None:
-            raise error
-        if result.returncode != 0 and _GCLOUD_OWN_ERROR.search(result.stderr):
-            error = classify_gcloud_error(result.stderr, self._context(f"`{short_command(command)}`"))
-            if _SSH_KEY_NOT_ADDED.search(result.stderr) and not isinstance(error, GcpPermissionError):
-                # Two clients adding their keys to the same metadata at once: the loser sees a stale
-                # fingerprint. The host is not reachable yet, and trying again fixes it.
-                raise HostUnreachableError(self._address, str(error))
-            raise error
-        if timeout is not None and result.returncode == TIMEOUT_EXIT:
-            raise RemoteCommandTimeoutError(
-                self._address,
-                f"`{short_command(command)}` on {self._address} did not finish within {timeout}",
-            )
-        return result
-
-    def _call(
-        self, command: str, timeout: Duration | None, on_line: Callable[[str], None] | None
-    ) -> CommandResult:
-        call = self._gcloud.start(
-            self._ssh_args(bounded_command(command, timeout)),
-            self._context(f"`{short_command(command)}`"),
-            self._deadline(timeout),
-            on_line,
-        )
-        try:
-            result = call.finish()
-        except PlatformUnavailableError:
-            raise HostUnreachableError(
-                self._address,
-                f"ssh to {self._name} ({self._address}) did not finish within {self._deadline(timeout)}",
-            ) from None
-        return self._checked(command, timeout, result)
-
-    def run(self, command: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
-        return self._call(command, timeout, None)
-
-    def run_streaming(
-        self, command: str, on_line: Callable[[str], None], timeout: Duration | None = None
-    ) -> CommandResult:
-        return self._call(command, timeout, on_line)
-
-    def copy_file(
-        self, local_path: Path, remote_path: str, timeout: Duration = DEFAULT_COMMAND_TIMEOUT
-    ) -> None:
-        context = self._context(f"copying {local_path} to {remote_path}")
-        result = self._gcloud.start(
-            self._scp_args(str(local_path), remote_path), context, self._deadline(timeout)
-        ).finish()
-        error = classify_client_error(self._address, result.returncode, result.stderr)
-        if error is not None:
-            raise error
-        if result.returncode != 0:
-            raise RemoteCommandFailedError(self._address, f"copying {local_path} to {remote_path}", result)
-
-
-class GcloudRemoteExec(_GcloudSshExec):
-    """One worker host of a TPU node, through `gcloud compute tpus tpu-vm ssh --worker=N`."""
-
-    def __init__(
-        self, gcloud: Gcloud, node: str, zone: str, worker: int, address: str, connect_timeout: Duration
-    ):
-        super().__init__(gcloud, node, zone, address, connect_timeout)
-        self._worker = worker
-
-    def _ssh_args(self, command: str) -> list[str]:
-        return g.tpu_ssh_args(self._name, self._zone, self._worker, command, self._connect_timeout)
-
-    def _scp_args(self, local_path: str, remote_path: str) -> list[str]:
-        return g.tpu_scp_args(self._name, self._zone, self._worker, local_path, remote_path)
-
-
-class GceRemoteExec(_GcloudSshExec):
-    """A GCE VM, through `gcloud compute ssh`."""
-
-    def _ssh_args(self, command: str) -> list[str]:
-        return g.instance_ssh_args(self._name, self._zone, command, self._connect_timeout)
-
-    def _scp_args(self, local_path: str, remote_path: str) -> list[str]:
-        return g.instance_scp_args(self._name, self._zone, local_path, remote_path)
-
-    @contextmanager
-    def forward(self, remote_port: int, local_port: int | None = None) -> Iterator[int]:
-        """A local port forwarded to the VM's own `127.0.0.1:remote_port` while the block runs."""
-        port = local_port or _free_local_port()
-        args = g.instance_forward_args(self._name, self._zone, port, remote_port, self._connect_timeout)
-        call = self._gcloud.start(args, self._context("the tunnel"), Duration.from_seconds(7 * 24 * 3600))
-        try:
-            try:
-                wait_until(
-                    lambda: not call.running() or _accepts(port),
-                    self._connect_timeout.seconds + _SSH_SLACK.seconds,
-                    0.05,
-                    f"the tunnel to {self._name}",
-                )
-            except TimeoutError:
-                raise HostUnreachableError(
-                    self._address, f"the SSH tunnel to {self._name} ({self._address}) did not open in time"
-                ) from None
-            if not call.running():
-                result = call.finish()
-                raise classify_client_error(
-                    self._address, result.returncode, result.stderr
-                ) or classify_gcloud_error(result.stderr, self._context("opening the tunnel"))
-            yield port
-        finally:
-            call.kill()
-
-
-def _free_local_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 # ---------------------------------------------------------------- handles
