@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import shlex
-import socket
 import subprocess
 import threading
 from abc import ABC, abstractmethod
@@ -36,8 +35,10 @@ from iris.cluster.platform.remote_exec import (
     HostUnreachableError,
     RemoteCommandFailedError,
     RemoteCommandTimeoutError,
+    accepts_local,
     bounded_command,
     classify_client_error,
+    free_local_port,
     short_command,
 )
 from iris.time import Duration, wait_until
@@ -623,13 +624,13 @@ class GceRemoteExec(_GcloudSshExec):
     @contextmanager
     def forward(self, remote_port: int, local_port: int | None = None) -> Iterator[int]:
         """A local port forwarded to the VM's own `127.0.0.1:remote_port` while the block runs."""
-        port = local_port or _free_local_port()
+        port = local_port or free_local_port()
         args = instance_forward_args(self._name, self._zone, port, remote_port, self._connect_timeout)
         call = self._gcloud.start(args, self._context("the tunnel"), Duration.from_seconds(7 * 24 * 3600))
         try:
             try:
                 wait_until(
-                    lambda: not call.running() or _accepts(port),
+                    lambda: not call.running() or accepts_local(port),
                     self._connect_timeout.seconds + SSH_SLACK.seconds,
                     0.05,
                     f"the tunnel to {self._name}",
@@ -647,16 +648,3 @@ class GceRemoteExec(_GcloudSshExec):
         finally:
             call.kill()
 
-
-def _free_local_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False

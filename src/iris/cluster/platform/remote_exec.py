@@ -342,7 +342,7 @@ class DirectSshRemoteExec:
     ) -> Iterator[int]:
         """An SSH local forward from 127.0.0.1:<local port> here to remote_host:remote_port as seen
         from the host, open while the context lasts; yields the local port."""
-        port = local_port or _free_local_port()
+        port = local_port or free_local_port()
         argv = ["ssh", *self._options(), "-o", "ExitOnForwardFailure=yes", "-N",
                 "-L", f"127.0.0.1:{port}:{remote_host}:{remote_port}",
                 "-p", str(self._port), f"{self._user}@{self._address}"]  # fmt: skip
@@ -352,7 +352,7 @@ class DirectSshRemoteExec:
         try:
 
             def open_or_exited() -> bool:
-                return process.poll() is not None or _accepts(port)
+                return process.poll() is not None or accepts_local(port)
 
             try:
                 wait_until(
@@ -381,13 +381,14 @@ class DirectSshRemoteExec:
                     process.wait()
 
 
-def _free_local_port() -> int:
+def free_local_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def _accepts(port: int) -> bool:
+def accepts_local(port: int) -> bool:
+    """Whether something on this machine accepts TCP connections on `port` (a tunnel is up)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
