@@ -156,6 +156,15 @@ def test_user_cannot_create_tokens(auth_cli: AuthCli) -> None:
     assert "CreateToken needs the admin role" in result.stderr
 
 
+def test_rpc_sends_the_token_and_without_one_is_refused(auth_cli: AuthCli) -> None:
+    refused = auth_cli("rpc", "ControllerService", "ListJobs")
+    allowed = auth_cli("rpc", "ControllerService", "ListJobs", token=ALICE_TOKEN)
+
+    assert refused.returncode == 1 and "ListJobs failed: unauthenticated" in refused.stderr
+    assert allowed.returncode == 0, str(allowed)
+    assert "jobs" in json.loads(allowed.stdout) or json.loads(allowed.stdout) == {}
+
+
 def test_no_token_appears_in_any_output_log_or_state_file(auth_cli: AuthCli) -> None:
     failed = auth_cli(
         "run", "--name", "alice-fails", "--", "sh", "-c", "echo failing >&2; exit 3", token=ALICE_TOKEN

@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 
 from iris.cli.connect import CONFIG_HELP, CONTROLLER_URL_HELP, connection_from_context, open_controller_url
+from iris.client.credentials import resolve_token
 from iris.rpc import actor_pb2, cluster_pb2
 
 # The controller serves this one; the others live on workers and actor servers, reached by --url.
@@ -96,7 +97,8 @@ def rpc(
       iris rpc ControllerService GetJobStatus '{"jobId": "/train"}' --controller-url http://localhost:10000
       iris rpc WorkerService HealthCheck --url 10.0.0.7:10001
 
-    Fields are named as in the protos, in camelCase or snake_case; enums by name.
+    Fields are named as in the protos, in camelCase or snake_case; enums by name. On a cluster
+    with auth on, the call carries the token of `iris login` (or IRIS_TOKEN).
     """
     if list_methods:
         _list_methods()
@@ -119,8 +121,11 @@ def _call(base_url: str, method: MethodDescriptor, payload: dict) -> dict:
     # Worker addresses are listed with a scheme, but a bare host:port is what people type.
     base_url = base_url if "://" in base_url else f"http://{base_url}"
     endpoint = f"{base_url.rstrip('/')}/{method.containing_service.full_name}/{method.name}"
+    # The same token every other command sends (IRIS_TOKEN, else the file `iris login` wrote).
+    token = resolve_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.post(endpoint, json=payload, timeout=RPC_TIMEOUT_S)
+        response = httpx.post(endpoint, json=payload, headers=headers, timeout=RPC_TIMEOUT_S)
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach {base_url}: {exc}") from None
     try:
