@@ -234,7 +234,7 @@ CTRL_C_DURING_IMPORTS = textwrap.dedent(
 
     class CtrlCOnImport:
         def find_spec(self, name, path=None, target=None):
-            if name == "iris.cli.cluster":
+            if name == "iris.cli.job":
                 os.kill(os.getpid(), signal.SIGINT)
             return None
 

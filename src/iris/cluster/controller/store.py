@@ -142,24 +142,6 @@ class ControllerStore(StoreReads):
             ],
         )
 
-    def job_for_request(self, request_id: str) -> str | None:
-        """The job a LaunchJob with this request id created, if it still exists."""
-        with self._read() as db:
-            row = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request_id,)).fetchone()
-        return row["job_id"] if row else None
-
-    def job_exists(self, job_id: str) -> bool:
-        with self._read() as db:
-            return db.execute("SELECT 1 FROM jobs WHERE job_id=?", (job_id,)).fetchone() is not None
-
-    def job_owner(self, job_id: str) -> str:
-        """Who launched the job; empty for a job launched while auth was off."""
-        with self._read() as db:
-            row = db.execute("SELECT owner FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"job {job_id} not found")
-        return row["owner"]
-
     def terminate_job(self, job_id: str, reason: str, now_ms: int) -> tuple[list[str], Effects]:
         """Kill a job and, recursively, its children. Returns the ids of jobs that changed."""
         effects = Effects()

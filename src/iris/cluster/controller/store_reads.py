@@ -13,6 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from iris.cluster.controller import render
+from iris.cluster.controller.store_base import (
+    ACTIVE_SQL,
+    TERMINAL_JOB_SQL,
+    JobExistsError,
+    NotFoundError,
+    StoreBase,
+)
 from iris.cluster.controller.transitions import (
     SliceState,
     state_label,
@@ -25,14 +32,6 @@ from iris.rpc import cluster_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-
-from iris.cluster.controller.store_base import (
-    ACTIVE_SQL,
-    TERMINAL_JOB_SQL,
-    JobExistsError,
-    NotFoundError,
-    StoreBase,
-)
 
 # Each order's sort key, (column, descending) from most to least significant. Each is served by an
 # index, so pages need no sort, and a page after a given row seeks to it instead of skipping rows.
@@ -100,6 +99,26 @@ class JobFilters:
 
 
 class StoreReads(StoreBase):
+    # ------------------------------------------------------------ jobs
+
+    def job_for_request(self, request_id: str) -> str | None:
+        """The job a LaunchJob with this request id created, if it still exists."""
+        with self._read() as db:
+            row = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request_id,)).fetchone()
+        return row["job_id"] if row else None
+
+    def job_exists(self, job_id: str) -> bool:
+        with self._read() as db:
+            return db.execute("SELECT 1 FROM jobs WHERE job_id=?", (job_id,)).fetchone() is not None
+
+    def job_owner(self, job_id: str) -> str:
+        """Who launched the job; empty for a job launched while auth was off."""
+        with self._read() as db:
+            row = db.execute("SELECT owner FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"job {job_id} not found")
+        return row["owner"]
+
     # ------------------------------------------------------------ slices
 
     def record_slice(
