@@ -156,8 +156,12 @@ def test_user_cannot_create_tokens(auth_cli: AuthCli) -> None:
     assert "CreateToken needs the admin role" in result.stderr
 
 
-def test_rpc_sends_the_token_and_without_one_is_refused(auth_cli: AuthCli) -> None:
-    refused = auth_cli("rpc", "ControllerService", "ListJobs")
+def test_rpc_sends_the_token_and_without_one_is_refused(auth_cli: AuthCli, tmp_path: Path) -> None:
+    # A config home of its own: the module's token file, once `iris login` wrote it, would be sent.
+    no_token = {"XDG_CONFIG_HOME": str(tmp_path), "IRIS_TOKEN": ""}
+    refused = auth_cli.cluster.runner(
+        "rpc", "ControllerService", "ListJobs", "--config", str(auth_cli.cluster.path), env=no_token
+    )
     allowed = auth_cli("rpc", "ControllerService", "ListJobs", token=ALICE_TOKEN)
 
     assert refused.returncode == 1 and "ListJobs failed: unauthenticated" in refused.stderr
