@@ -1633,3 +1633,76 @@ def test_store_heartbeats_applied_in_one_batch_match_one_by_one_and_revive_an_un
     assert {w: i.state for w, i in infos.items()} == dict.fromkeys(infos, pb.WORKER_STATE_HEALTHY)
     assert {i.last_heartbeat.epoch_ms for i in infos.values()} == {cluster.now}
     assert infos["w3"].error == ""
+
+
+# ---------------------------------------------------------------- incremental passes
+
+
+def frozen_clock_core(cluster: Cluster) -> None:
+    """A core whose clock stands still, so no pass is full merely because time went by."""
+    settings = ControllerSettings(CONTROLLER, worker_timeout_s=WORKER_TIMEOUT_MS / 1000)
+    cluster.core = ControllerCore(cluster.store, settings, clock=lambda: T0)
+
+
+def test_store_schedule_after_submit_tries_new_tasks_and_keeps_order_once_capacity_frees(cluster):
+    frozen_clock_core(cluster)
+    worker = cluster.worker("w1", cpu=2000)
+    cluster.submit("first", replicas=2, cpu=1000)
+    cluster.schedule()
+    cluster.heartbeat(worker)
+    waiting = cluster.submit("waiting", cpu=1000)
+    cluster.schedule()
+    assert cluster.task(f"{waiting}/0").pending_reason.startswith("waiting for capacity")
+    cluster.store._conn.execute("UPDATE tasks SET pending_reason='as written before' WHERE job_id=?", (waiting,))
+
+    later = cluster.submit("later", cpu=1000)
+    cluster.schedule()
+
+    assert cluster.task(f"{later}/0").pending_reason.startswith("waiting for capacity")
+    assert cluster.task(f"{waiting}/0").pending_reason == "as written before", "an older task was tried again"
+    worker.script("/first/0", state=pb.TASK_STATE_SUCCEEDED)
+    cluster.heartbeat(worker)
+    cluster.schedule()
+    assert cluster.task(f"{waiting}/0").state == pb.TASK_STATE_ASSIGNED, "freed capacity goes to the older task"
+    assert cluster.task(f"{later}/0").state == pb.TASK_STATE_PENDING
+
+
+def test_store_schedule_new_worker_places_tasks_tried_before(cluster):
+    frozen_clock_core(cluster)
+    cluster.worker("w1", cpu=1000)
+    cluster.submit("first", cpu=1000)
+    waiting = cluster.submit("waiting", cpu=1000)
+    cluster.schedule()
+    assert cluster.task(f"{waiting}/0").state == pb.TASK_STATE_PENDING
+
+    cluster.worker("w2", cpu=1000)
+    cluster.schedule()
+
+    assert cluster.task(f"{waiting}/0").state == pb.TASK_STATE_ASSIGNED
+
+
+def test_store_schedule_task_back_to_pending_is_placed_again(cluster):
+    frozen_clock_core(cluster)
+    worker, job_id = run_one(cluster)
+    worker.restart()
+    cluster.heartbeat(worker)
+    assert cluster.task(f"{job_id}/0").state == pb.TASK_STATE_PENDING
+
+    cluster.schedule()
+
+    assert cluster.task(f"{job_id}/0").state == pb.TASK_STATE_ASSIGNED
+
+
+def test_store_schedule_job_submitted_after_a_deleted_one_is_placed(cluster):
+    # The new job's task may get the deleted task's row number, which the last pass already tried.
+    frozen_clock_core(cluster)
+    cluster.worker("w1", cpu=2000)
+    too_large = cluster.submit("too-large", cpu=8000)
+    cluster.schedule()
+    cluster.core.terminate_job(too_large, "not needed")
+    cluster.store.delete_job_tree(too_large)
+
+    fits = cluster.submit("fits", cpu=1000)
+    cluster.schedule()
+
+    assert cluster.task(f"{fits}/0").state == pb.TASK_STATE_ASSIGNED

@@ -23,6 +23,9 @@ from iris.time import Clock, now_ms
 
 AttemptKey = tuple[str, int]
 
+# The longest a scheduling pass may go on trying only newly submitted tasks.
+FULL_PASS_INTERVAL_MS = 1000
+
 
 @dataclass(frozen=True)
 class HeartbeatRound:
@@ -65,6 +68,9 @@ class ControllerCore:
         self._kill_sets: dict[str, set[AttemptKey]] = {}
         self._inflight: set[str] = set()
         self._again: set[str] = set()
+        # The store's scheduling mark when the last pass started, and when the last full one ran.
+        self._tried: tuple[int, int] | None = None
+        self._last_full_pass_ms = 0
 
     # ------------------------------------------------------------ effects and heartbeat requests
 
@@ -193,13 +199,23 @@ class ControllerCore:
     def schedule(self) -> Effects:
         """Expire tasks past their scheduling timeout, then place what is pending; the caller applies
         the effects. Only the store is touched, so this may run off the event loop: a pass over a
-        hundred thousand pending tasks takes seconds."""
+        hundred thousand pending tasks takes seconds.
+
+        While no capacity was freed since the last pass, the tasks it tried still do not fit (a
+        pass only ever takes capacity) and keep their reasons, so the pass tries only the tasks
+        submitted since. A full pass still runs at least every FULL_PASS_INTERVAL_MS, which also
+        expires timed-out tasks and refreshes reasons that depend on more than capacity."""
         now = self._clock()
-        effects = self.store.expire_unschedulable(now)
-        demands, workers = self.store.scheduling_inputs()
+        mark = self.store.scheduling_mark()
+        full = self._tried is None or self._tried[0] != mark[0] or now - self._last_full_pass_ms >= FULL_PASS_INTERVAL_MS
+        effects = self.store.expire_unschedulable(now) if full else Effects()
+        demands, workers = self.store.scheduling_inputs(after_row=0 if full or self._tried is None else self._tried[1])
         if demands:
             result = find_assignments(demands, workers)
             effects.merge(self.store.apply_assignments(result.assignments, result.pending_reasons, now))
+        self._tried = mark
+        if full:
+            self._last_full_pass_ms = now
         return effects
 
     def resume(self) -> None:

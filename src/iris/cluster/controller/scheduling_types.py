@@ -83,6 +83,11 @@ class TaskDemand:
     def shape(self) -> tuple:
         return (self.resources, self.device, self.constraints)
 
+    def for_task(self, task_id: str) -> TaskDemand:
+        """This job's demand for one of its tasks (`dataclasses.replace` costs several times
+        more, which a pass over thousands of pending tasks feels)."""
+        return TaskDemand(task_id, self.job_id, self.resources, self.device, self.constraints, self.gang_group_by)
+
 
 @dataclass
 class WorkerCapacity:

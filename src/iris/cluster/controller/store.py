@@ -9,7 +9,6 @@ whether the scheduler should run.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sqlite3
 from collections.abc import Sequence
@@ -191,7 +190,8 @@ class ControllerStore(StoreReads):
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:
             self._requests.pop(job_id, None)
-            self._demand_templates.pop(job_id, None)
+            self._forget_job_shape(job_id)
+            self.capacity_epoch += 1  # a new task may now reuse a deleted task's row number
 
     # ------------------------------------------------------------ scheduling
 
@@ -204,8 +204,23 @@ class ControllerStore(StoreReads):
             self._demand_templates[job_id] = template
         return template
 
-    def scheduling_inputs(self) -> tuple[list[TaskDemand], list[WorkerCapacity]]:
-        """Pending tasks in scheduling order, and the capacity each healthy worker has left.
+    def _scheduling_timeout(self, job_id: str) -> int:
+        """The job's scheduling timeout in ms (0: none), cached like its demand template."""
+        timeout_ms = self._scheduling_timeouts.get(job_id)
+        if timeout_ms is None:
+            timeout_ms = self.request_for(job_id).scheduling_timeout.milliseconds
+            self._scheduling_timeouts[job_id] = timeout_ms
+        return timeout_ms
+
+    def scheduling_mark(self) -> tuple[int, int]:
+        """(capacity_epoch, the newest task's row number): a pass that started from this mark
+        can skip, in the next pass, every task it tried while the epoch stays the same."""
+        with self._read() as db:
+            return self.capacity_epoch, db.execute("SELECT COALESCE(MAX(rowid), 0) FROM tasks").fetchone()[0]
+
+    def scheduling_inputs(self, after_row: int = 0) -> tuple[list[TaskDemand], list[WorkerCapacity]]:
+        """Pending tasks in scheduling order (only those created after task row `after_row`),
+        and the capacity each healthy worker has left.
 
         Order: higher priority first; then by the submission of the job's root, so a running
         job's children go before jobs submitted after it; then FIFO by job; then task index.
@@ -213,13 +228,11 @@ class ControllerStore(StoreReads):
         with self._read() as db:
             rows = db.execute(
                 f"SELECT t.task_id, t.job_id FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
-                f"WHERE t.state = {pb.TASK_STATE_PENDING} "
-                f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index"
+                f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
+                f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
+                (after_row,),
             ).fetchall()
-            demands = [
-                dataclasses.replace(self._demand_template(row["job_id"]), task_id=row["task_id"])
-                for row in rows
-            ]
+            demands = [self._demand_template(job_id).for_task(task_id) for task_id, job_id in rows]
             if not demands:
                 return [], []
             committed: dict[str, Resources] = {}
@@ -292,17 +305,12 @@ class ControllerStore(StoreReads):
         effects = Effects()
         with self._write("scheduling_timeouts", "") as db:
             pending = [
-                PendingTask(
-                    row["task_id"],
-                    row["job_id"],
-                    row["pending_since_ms"],
-                    row["pending_reason"],
-                    self.request_for(row["job_id"]).scheduling_timeout.milliseconds,
-                )
-                for row in db.execute(
+                PendingTask(task_id, job_id, since_ms, reason, timeout_ms)
+                for task_id, job_id, since_ms, reason in db.execute(
                     "SELECT task_id, job_id, pending_since_ms, pending_reason FROM tasks "
                     f"WHERE state = {pb.TASK_STATE_PENDING}"
                 ).fetchall()
+                if (timeout_ms := self._scheduling_timeout(job_id))
             ]
             self._persist(reconcile.on_scheduling_timeouts(pending, now_ms), now_ms, effects)
         # Only a job that changed needs another scheduling pass; a timeout alone does not.
@@ -342,9 +350,11 @@ class ControllerStore(StoreReads):
                     current_attempt=attempt_id, worker_id=worker_id, pending_reason="",
                 )  # fmt: skip
                 effects.heartbeat_workers.add(worker_id)
+            # Most reasons are what the last pass wrote: leaving those rows alone keeps the write small.
             db.executemany(
-                f"UPDATE tasks SET pending_reason=? WHERE task_id=? AND state={pb.TASK_STATE_PENDING}",
-                [(reason, task_id) for task_id, reason in pending_reasons.items()],
+                f"UPDATE tasks SET pending_reason=? WHERE task_id=? AND state={pb.TASK_STATE_PENDING}"
+                " AND pending_reason IS NOT ?",
+                [(reason, task_id, reason) for task_id, reason in pending_reasons.items()],
             )
         return effects
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from iris import chaos
 from iris.cluster.controller import job_tree, reconcile, render
 from iris.cluster.controller.reconcile import (
+    ACTIVE_ATTEMPT_STATES,
     AttemptChange,
     AttemptKey,
     AttemptRecord,
@@ -131,6 +132,11 @@ class StoreBase:
         self._requests: OrderedDict[str, pb.LaunchJobRequest] = OrderedDict()
         # Scheduling shapes of unfinished jobs, dropped when a job ends.
         self._demand_templates: dict[str, TaskDemand] = {}
+        self._scheduling_timeouts: dict[str, int] = {}
+        # Bumped whenever tasks that did not fit before may fit now (an attempt ended, a worker
+        # came, went or changed, a task went back to pending, a job was deleted): while it stays
+        # the same, a scheduling pass need only try the tasks submitted since the last one.
+        self.capacity_epoch = 0
         # worker id -> (registered_at_ms, (capacity, attributes, device)), dropped when a worker leaves
         self._worker_offers: dict[
             str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]
@@ -218,6 +224,11 @@ class StoreBase:
         entity_id = "#".join(str(k) for k in keys)
         if kind == "worker" and (old != new or "metadata" in columns):
             self._idle_capacities = None
+            self.capacity_epoch += 1
+        elif old != new and (
+            (kind == "attempt" and new not in ACTIVE_ATTEMPT_STATES) or (kind == "task" and new == pb.TASK_STATE_PENDING)
+        ):
+            self.capacity_epoch += 1
         if old != new:
             try:
                 check_transition(kind, entity_id, old, new)
@@ -243,6 +254,10 @@ class StoreBase:
                 params.append(value)
         where = " AND ".join(f"{c}=?" for c in key_columns)
         self._conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {where}", (*params, *keys))
+
+    def _forget_job_shape(self, job_id: str) -> None:
+        self._demand_templates.pop(job_id, None)
+        self._scheduling_timeouts.pop(job_id, None)
 
     def request_for(self, job_id: str) -> pb.LaunchJobRequest:
         with self._lock:
@@ -292,7 +307,7 @@ class StoreBase:
                 "job", kill.job_id, kill.old, pb.JOB_STATE_KILLED, kill.reason, now_ms,
                 finished_at_ms=now_ms, error=Sql("CASE WHEN error='' THEN ? ELSE error END", (kill.reason,)),
             )  # fmt: skip
-            self._demand_templates.pop(kill.job_id, None)
+            self._forget_job_shape(kill.job_id)
         return [kill.job_id for kill in kills]
 
     def _kill_tasks(self, job_id: str, reason: str, now_ms: int, effects: Effects) -> None:
@@ -341,7 +356,7 @@ class StoreBase:
             "job", update.job_id, update.old, update.new, update.reason, now_ms,
             started_at_ms=update.started_at_ms, finished_at_ms=now_ms, error=update.error, exit_code=update.exit_code,
         )  # fmt: skip
-        self._demand_templates.pop(update.job_id, None)
+        self._forget_job_shape(update.job_id)
         if update.kill_tasks_reason:
             self._kill_tasks(update.job_id, update.kill_tasks_reason, now_ms, effects)
         states, children = self._job_tree(update.job_id)

@@ -196,10 +196,14 @@ class Worker:
                 attempt.kill()
         response = pb.HeartbeatResponse(worker_id=self.settings.worker_id)
         for key, attempt in attempts.items():
+            if attempt.finished and key not in expected:
+                # Kept for lookups by id only; building its status would make every heartbeat
+                # cost as much as all the attempts the worker ran in the last minutes.
+                continue
             status = attempt.status(expected.get(key), MAX_LOG_LINES_PER_HEARTBEAT)
             if not attempt.finished:
                 response.running_tasks.append(status)
-            elif key in expected:
+            else:
                 response.completed_tasks.append(status)
         self._collect_garbage(expected)
         return response
