@@ -82,6 +82,8 @@ TRANSIENT_RETRIES = 3
 TRANSIENT_RETRY_DELAY_S = 0.2
 # While a job waits, how often `wait`/`follow_logs` report its status to an `on_status` callback.
 STATUS_INTERVAL_S = 1.0
+# The longest one GetJobStatus call of Job.wait asks the controller to wait for a change of state.
+STATUS_WAIT_S = 10.0
 
 
 class IrisError(RuntimeError):
@@ -470,8 +472,11 @@ class Job:
     def state(self) -> JobState:
         return JobState.of(self.status().state)
 
-    def _status_riding_out_restarts(self) -> pb.JobStatus:
-        return self.client.call_riding_out_restarts("get_job_status", pb.GetJobStatusRequest(job_id=self.job_id)).job
+    def _status_riding_out_restarts(self, known_state: int = pb.JOB_STATE_UNSPECIFIED, wait_s: float = 0) -> pb.JobStatus:
+        """With `wait_s`, the controller answers once the state is no longer `known_state`, or
+        after `wait_s`."""
+        request = pb.GetJobStatusRequest(job_id=self.job_id, known_state=known_state, wait_ms=int(wait_s * 1000))
+        return self.client.call_riding_out_restarts("get_job_status", request).job
 
     def terminate(self, reason: str = "terminated by user") -> list[str]:
         return list(self.client.call("terminate_job", pb.TerminateJobRequest(job_id=self.job_id, reason=reason)).terminated_job_ids)
@@ -559,8 +564,13 @@ class Job:
             deadline = None if timeout is None else time.monotonic() + timeout
             delay = 0.02
             next_status = time.monotonic()
+            known = pb.JOB_STATE_UNSPECIFIED
             while True:
-                status = self._status_riding_out_restarts()
+                wait_s = STATUS_INTERVAL_S if on_status is not None else STATUS_WAIT_S
+                if deadline is not None:
+                    wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
+                asked = time.monotonic()
+                status = self._status_riding_out_restarts(known, wait_s)
                 if status.state in TERMINAL_JOB_STATES:
                     break
                 if on_status is not None and time.monotonic() >= next_status:
@@ -571,9 +581,12 @@ class Job:
                         f"job {self.job_id} still {job_state_name(status.state)} after {timeout}s"
                         + (f": {status.pending_reason}" if status.pending_reason else "")
                     )
-                time.sleep(delay)
-                # Poll fast at first (most jobs here are short), easing off to poll_interval.
-                delay = min(delay * 1.5, max(poll_interval, 0.02))
+                if status.state == known and time.monotonic() - asked < wait_s / 2:
+                    # The controller answered without waiting (one from before GetJobStatus could
+                    # wait): poll, fast at first (most jobs here are short), easing off to poll_interval.
+                    time.sleep(delay)
+                    delay = min(delay * 1.5, max(poll_interval, 0.02))
+                known = status.state
         if raise_on_failure and status.state != pb.JOB_STATE_SUCCEEDED:
             raise JobFailedError(status)
         return status

@@ -26,6 +26,7 @@ from iris.cluster.controller.bundle_store import BundleStore
 from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome, HeartbeatRound
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.feasibility import demand_from_request, describe_demand, never_servable_reason
+from iris.cluster.controller.job_watch import JobWatch
 from iris.cluster.controller.launch import inherit_from_parent, job_id_for
 from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.settings import ControllerSettings
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 SCHEDULING_COALESCE_S = 0.002
 # How long a starting controller retries a store it cannot write before giving up.
 STARTUP_STORE_RETRY_S = 30.0
+# The longest GetJobStatus waits for a job's state to change.
+MAX_STATUS_WAIT_MS = 30_000
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -102,6 +105,8 @@ class Controller:
         self.core = ControllerCore(
             store, settings, start_round=self._spawn_heartbeats, wake_scheduler=self.wake_scheduler
         )
+        self.job_watch = JobWatch()
+        store.on_job_state_change = self.job_watch.job_changed
         self._schedule_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task] = set()
@@ -122,6 +127,7 @@ class Controller:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.job_watch.bind(self._loop)
         self._schedule_event = asyncio.Event()
         for task in (self._scheduler_loop(), self._tick_loop()):
             self._spawn(task)
@@ -215,6 +221,25 @@ class Controller:
         if self.autoscaler is not None:
             self.autoscaler.wake()
         return job_id
+
+    async def job_status_after_change(
+        self, job_id: str, known_state: int, wait_ms: int, include_tasks: bool = False
+    ) -> pb.JobStatus:
+        """The job's status once its state is no longer `known_state`, or after `wait_ms` (at most
+        MAX_STATUS_WAIT_MS) with the state unchanged."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(wait_ms, MAX_STATUS_WAIT_MS) / 1000
+        with self.job_watch.watching(job_id) as changed:
+            while True:
+                changed.clear()  # before reading: a change after the read sets it again
+                status = self.store.job_status(job_id, include_tasks)
+                remaining = deadline - loop.time()
+                if status.state != known_state or remaining <= 0:
+                    return status
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except TimeoutError:
+                    pass
 
     def _refuse_never_servable(self, job_id: str, request: pb.LaunchJobRequest) -> None:
         demand = demand_from_request(job_id, request)

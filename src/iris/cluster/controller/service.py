@@ -141,7 +141,15 @@ class ControllerServiceImpl:
 
     @_rpc
     async def get_job_status(self, request: pb.GetJobStatusRequest, ctx) -> pb.GetJobStatusResponse:
-        return pb.GetJobStatusResponse(job=self._store.job_status(_job_id(request.job_id), request.include_tasks))
+        job_id = _job_id(request.job_id)
+        if request.wait_ms < 0:
+            raise ValueError(f"wait_ms must not be negative, got {request.wait_ms}")
+        if request.wait_ms == 0:
+            return pb.GetJobStatusResponse(job=self._store.job_status(job_id, request.include_tasks))
+        job = await self._controller.job_status_after_change(
+            job_id, request.known_state, request.wait_ms, request.include_tasks
+        )
+        return pb.GetJobStatusResponse(job=job)
 
     @_rpc
     async def list_jobs(self, request: pb.ListJobsRequest, ctx) -> pb.ListJobsResponse:

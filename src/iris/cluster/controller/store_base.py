@@ -14,7 +14,7 @@ import logging
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +147,9 @@ class StoreBase:
         # Bumped whenever a job is created, deleted or changes state: ListJobs keeps the count of
         # each selection until then, since counting a million rows costs more than a page.
         self._jobs_changed = 0
+        # Called with a job's id, on the writing thread and inside its transaction, when the job
+        # changes state or is deleted; the controller wakes the callers waiting for that.
+        self.on_job_state_change: Callable[[str], None] = lambda job_id: None
         self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
@@ -243,6 +246,8 @@ class StoreBase:
             )
         if kind == "job":
             self._jobs_changed += 1
+            if old != new:
+                self.on_job_state_change(entity_id)
         table, key_columns = _ENTITIES[kind]
         assignments, params = ["state=?"], [new]
         for column, value in columns.items():

@@ -1,0 +1,102 @@
+"""GetJobStatus that waits for a job's state to change, against a real controller over HTTP, and
+the client's Job.wait built on it. The controller has no workers, so a job stays pending until
+a test kills it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iris.client import IrisClient
+from iris.client.client import InvalidRequestError
+from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
+from iris.cluster.types import Entrypoint
+from iris.rpc import cluster_pb2 as pb
+
+
+@pytest.fixture(scope="module")
+def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root: Path = tmp_path_factory.mktemp("status-wait")
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0
+        )
+    )
+    daemon.start_in_thread()
+    try:
+        yield daemon.url
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture
+def client(controller_url: str) -> Iterator[IrisClient]:
+    with IrisClient.remote(controller_url) as client:
+        yield client
+
+
+def _kill_later(job, delay_s: float) -> threading.Thread:
+    def kill() -> None:
+        time.sleep(delay_s)  # the waiter must be inside its call when the job changes
+        job.terminate("stopped by the test")
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_get_job_status_wait_answers_when_the_job_changes_state(client: IrisClient) -> None:
+    job = client.submit(Entrypoint.from_command("true"), name="wait-for-kill")
+    killer = _kill_later(job, 0.5)
+    started = time.monotonic()
+
+    request = pb.GetJobStatusRequest(job_id=job.job_id, known_state=pb.JOB_STATE_PENDING, wait_ms=20_000)
+    status = client.call("get_job_status", request).job
+
+    assert status.state == pb.JOB_STATE_KILLED
+    assert time.monotonic() - started < 10, "the answer waited for wait_ms, not for the change"
+    killer.join()
+
+
+def test_get_job_status_wait_unchanged_answers_after_wait_ms_with_the_same_state(client: IrisClient) -> None:
+    job = client.submit(Entrypoint.from_command("true"), name="wait-unchanged")
+    started = time.monotonic()
+
+    request = pb.GetJobStatusRequest(job_id=job.job_id, known_state=pb.JOB_STATE_PENDING, wait_ms=300)
+    status = client.call("get_job_status", request).job
+
+    assert status.state == pb.JOB_STATE_PENDING
+    assert time.monotonic() - started >= 0.3
+    job.terminate()
+
+
+def test_get_job_status_negative_wait_is_invalid_argument(client: IrisClient) -> None:
+    job = client.submit(Entrypoint.from_command("true"), name="wait-negative")
+
+    with pytest.raises(InvalidRequestError, match="wait_ms must not be negative"):
+        client.call("get_job_status", pb.GetJobStatusRequest(job_id=job.job_id, wait_ms=-1))
+    job.terminate()
+
+
+def test_job_wait_makes_one_call_per_change_instead_of_polling(client: IrisClient) -> None:
+    job = client.submit(Entrypoint.from_command("true"), name="wait-no-polling")
+    calls = []
+    ask = client.call_riding_out_restarts
+
+    def counting(method, request):
+        calls.append(method)
+        return ask(method, request)
+
+    client.call_riding_out_restarts = counting
+    killer = _kill_later(job, 1.0)
+
+    status = job.wait(timeout=30, raise_on_failure=False, poll_interval=0.02)
+
+    assert status.state == pb.JOB_STATE_KILLED
+    assert calls.count("get_job_status") <= 3, f"{len(calls)} status calls in about a second: it polled"
+    killer.join()
