@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 # How long the scheduler lets further submits gather after a wake-up before it runs.
 SCHEDULING_COALESCE_S = 0.002
+# The longest pause between scheduling passes however long the last one took.
+MAX_SCHEDULING_PAUSE_S = 0.5
 # How long a starting controller retries a store it cannot write before giving up.
 STARTUP_STORE_RETRY_S = 30.0
 # The longest GetJobStatus waits for a job's state to change.
@@ -206,21 +208,24 @@ class Controller:
             if action == ExistingJobAction.KILL_AND_REPLACE:
                 self.terminate_job(job_id, "replaced by a new submission of the same name")
             self.store.delete_job_tree(job_id)
-        # Reads every healthy worker: off the event loop, like the job's creation.
-        await asyncio.to_thread(self._refuse_never_servable, job_id, request)
-        if request.bundle_blob:
-            request.bundle_uri = await asyncio.to_thread(self.bundles.put, request.bundle_blob, request.bundle_sha256)
-        if request.parent_job_id:
-            inherit_from_parent(request, self.store.request_for(request.parent_job_id))
-        # One row per task: a big job takes a while to write, and the event loop must keep serving.
+        # Checking every healthy worker, storing the bundle and writing one row per task take a
+        # while for a big job, and the event loop must keep serving: one trip to a thread.
         try:
-            effects = await asyncio.to_thread(self.store.create_job, job_id, request, now_ms(), owner)
+            effects = await asyncio.to_thread(self._create_job, job_id, request, owner)
         except RequestAlreadyServedError as served:
             return served.job_id  # a concurrent retry of the same submission got there first
         self.apply_effects(effects)
         if self.autoscaler is not None:
             self.autoscaler.wake()
         return job_id
+
+    def _create_job(self, job_id: str, request: pb.LaunchJobRequest, owner: str) -> Effects:
+        self._refuse_never_servable(job_id, request)
+        if request.bundle_blob:
+            request.bundle_uri = self.bundles.put(request.bundle_blob, request.bundle_sha256)
+        if request.parent_job_id:
+            inherit_from_parent(request, self.store.request_for(request.parent_job_id))
+        return self.store.create_job(job_id, request, now_ms(), owner)
 
     async def job_status_after_change(
         self, job_id: str, known_state: int, wait_ms: int, include_tasks: bool = False
@@ -266,18 +271,23 @@ class Controller:
 
     async def _scheduler_loop(self) -> None:
         assert self._schedule_event is not None
+        last_pass_s = 0.0
         while True:
             try:
                 await asyncio.wait_for(self._schedule_event.wait(), self.settings.scheduler_fallback_interval_s)
             except TimeoutError:
                 pass
             # A burst of submits shares one pass: the first wakes us, the rest land in this pause.
-            await asyncio.sleep(SCHEDULING_COALESCE_S)
+            # It is at least as long as the last pass, so that passes over a long queue, woken by
+            # every job's end, each place many tasks and take at most half the controller's time.
+            await asyncio.sleep(max(SCHEDULING_COALESCE_S, last_pass_s))
             self._schedule_event.clear()
+            started = time.monotonic()
             try:
                 self.apply_effects(await asyncio.to_thread(self.core.schedule))
             except Exception:
                 logger.exception("scheduling pass failed")
+            last_pass_s = min(time.monotonic() - started, MAX_SCHEDULING_PAUSE_S)
 
     async def _tick_loop(self) -> None:
         while True:

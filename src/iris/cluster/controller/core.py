@@ -203,18 +203,19 @@ class ControllerCore:
 
         While no capacity was freed since the last pass, the tasks it tried still do not fit (a
         pass only ever takes capacity) and keep their reasons, so the pass tries only the tasks
-        submitted since. A full pass still runs at least every FULL_PASS_INTERVAL_MS, which also
-        expires timed-out tasks and refreshes reasons that depend on more than capacity."""
+        submitted since. Every FULL_PASS_INTERVAL_MS a pass expires timed-out tasks and tries
+        every pending task, which also refreshes reasons that depend on more than capacity."""
         now = self._clock()
         mark = self.store.scheduling_mark()
-        full = self._tried is None or self._tried[0] != mark[0] or now - self._last_full_pass_ms >= FULL_PASS_INTERVAL_MS
-        effects = self.store.expire_unschedulable(now) if full else Effects()
+        periodic = self._tried is None or now - self._last_full_pass_ms >= FULL_PASS_INTERVAL_MS
+        full = periodic or self._tried is None or self._tried[0] != mark[0]
+        effects = self.store.expire_unschedulable(now) if periodic else Effects()
         demands, workers = self.store.scheduling_inputs(after_row=0 if full or self._tried is None else self._tried[1])
         if demands:
             result = find_assignments(demands, workers)
             effects.merge(self.store.apply_assignments(result.assignments, result.pending_reasons, now))
         self._tried = mark
-        if full:
+        if periodic:
             self._last_full_pass_ms = now
         return effects
 
