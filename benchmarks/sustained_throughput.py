@@ -25,6 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
+
 from benchmarks.common import Row, Target, become_subreaper, percentile
 from benchmarks.submit_latency import TRIVIAL
 from benchmarks.throughput import ROUND_TIMEOUT_S, ray_round, shares
@@ -34,7 +36,8 @@ from iris.rpc import cluster_pb2 as pb
 
 TARGET_JOBS_PER_S = 500.0
 JOB_TIMEOUT_S = 600.0
-# Followers poll each job's status this often; the rate itself comes from the controller's stamps.
+# Job.wait has the controller answer on each change of the job's state; against a controller that
+# cannot wait it polls this often. The rate itself comes from the controller's stamps.
 POLL_S = 0.05
 
 
@@ -95,12 +98,28 @@ def ray_tasks_run(address: str, tasks: int) -> tuple[float, list[float]]:
         ray.shutdown()
 
 
+def _cpu_ms(process: psutil.Process) -> tuple[float, float]:
+    """CPU ms of the process itself and of its reaped children (a worker's task processes)."""
+    times = process.cpu_times()
+    return (times.user + times.system) * 1000, (times.children_user + times.children_system) * 1000
+
+
 def measure(jobs: int, clients: int, ray_jobs: int, ray_tasks: int, with_ray: bool) -> dict:
     result: dict = {}
     with tempfile.TemporaryDirectory() as workspace, IrisClient.local(workers=1, workspace=Path(workspace)) as client:
         # Warm: the worker has started a process and the controller has placed a job.
         iris_run(client.url, Path(workspace), 8, 1)
+        # The controller runs in this process beside the clients; the worker is a child process.
+        here = psutil.Process()
+        worker = next(p for p in here.children() if "iris.cluster.worker.main" in " ".join(p.cmdline()))
+        before = (_cpu_ms(here), _cpu_ms(worker))
         result["iris_rate"], result["iris_latency"] = iris_run(client.url, Path(workspace), jobs, clients)
+        after = (_cpu_ms(here), _cpu_ms(worker))
+        result["cpu_per_job_ms"] = {
+            "controller and clients": (after[0][0] - before[0][0]) / jobs,
+            "worker": (after[1][0] - before[1][0]) / jobs,
+            "task processes": (after[1][1] - before[1][1]) / jobs,
+        }
     if with_ray:
         from benchmarks.ray_local import RayHead, apply_ray_env
 
@@ -109,6 +128,10 @@ def measure(jobs: int, clients: int, ray_jobs: int, ray_tasks: int, with_ray: bo
             result["ray_jobs_rate"] = ray_round(head.dashboard_url, ray_jobs, clients)
             result["ray_tasks_rate"], result["ray_tasks_latency"] = ray_tasks_run(f"127.0.0.1:{head.gcs_port}", ray_tasks)
     return result
+
+
+def _describe_cpu(per_job_ms: dict[str, float]) -> str:
+    return ", ".join(f"{name} {ms:.1f} ms" for name, ms in per_job_ms.items())
 
 
 def rows(quick: bool, with_ray: bool) -> list[Row]:
@@ -128,7 +151,7 @@ def rows(quick: bool, with_ray: bool) -> list[Row]:
             higher_is_better=True,
             note=(
                 f"submit-to-done during the run: p50 {statistics.median(latency):,.0f} ms, "
-                f"p99 {percentile(latency, 99):,.0f} ms"
+                f"p99 {percentile(latency, 99):,.0f} ms; CPU per job: {_describe_cpu(m['cpu_per_job_ms'])}"
             ),
         ),
         Row(
@@ -162,7 +185,7 @@ def main() -> None:
     latency = m["iris_latency"]
     print(
         f"Iris: {m['iris_rate']:.1f} jobs/s; submit-to-done p50 {statistics.median(latency):.0f} ms, "
-        f"p99 {percentile(latency, 99):.0f} ms"
+        f"p99 {percentile(latency, 99):.0f} ms; CPU per job: {_describe_cpu(m['cpu_per_job_ms'])}"
     )
     if "ray_jobs_rate" in m:
         tasks = m["ray_tasks_latency"]

@@ -98,3 +98,4 @@ def test_sustained_throughput_measures_rate_and_submit_to_done_iris_only() -> No
     m = sustained_throughput.measure(jobs=6, clients=2, ray_jobs=0, ray_tasks=0, with_ray=False)
     assert m["iris_rate"] > 0
     assert len(m["iris_latency"]) == 6 and all(ms >= 0 for ms in m["iris_latency"])
+    assert m["cpu_per_job_ms"]["controller and clients"] > 0 and m["cpu_per_job_ms"]["worker"] > 0
