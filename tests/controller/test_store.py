@@ -1706,3 +1706,21 @@ def test_store_schedule_job_submitted_after_a_deleted_one_is_placed(cluster):
     cluster.schedule()
 
     assert cluster.task(f"{fits}/0").state == pb.TASK_STATE_ASSIGNED
+
+
+def test_store_schedule_resubmitted_job_of_a_deleted_name_gets_its_pending_reason(cluster):
+    worker = cluster.worker("w1", cpu=1000)
+    cluster.submit("running", cpu=1000)
+    waiting = cluster.submit("waiting", cpu=1000)
+    cluster.schedule()
+    cluster.heartbeat(worker)
+    reason = cluster.task(f"{waiting}/0").pending_reason
+    assert reason.startswith("waiting for capacity")
+    cluster.core.terminate_job(waiting, "resubmitting")
+    cluster.store.delete_job_tree(waiting)
+
+    cluster.submit("waiting", cpu=1000)
+    assert cluster.task(f"{waiting}/0").pending_reason == "waiting for the scheduler"
+    cluster.schedule()
+
+    assert cluster.task(f"{waiting}/0").pending_reason == reason

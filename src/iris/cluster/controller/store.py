@@ -205,14 +205,6 @@ class ControllerStore(StoreReads):
             self._demand_templates[job_id] = template
         return template
 
-    def _scheduling_timeout(self, job_id: str) -> int:
-        """The job's scheduling timeout in ms (0: none), cached like its demand template."""
-        timeout_ms = self._scheduling_timeouts.get(job_id)
-        if timeout_ms is None:
-            timeout_ms = self.request_for(job_id).scheduling_timeout.milliseconds
-            self._scheduling_timeouts[job_id] = timeout_ms
-        return timeout_ms
-
     def scheduling_mark(self) -> tuple[int, int]:
         """(capacity_epoch, the newest task's row number): a pass that started from this mark
         can skip, in the next pass, every task it tried while the epoch stays the same."""
@@ -353,10 +345,10 @@ class ControllerStore(StoreReads):
                 effects.heartbeat_workers.add(worker_id)
             # Most reasons are what the last pass wrote: leaving those rows alone keeps the write small.
             db.executemany(
-                f"UPDATE tasks SET pending_reason=? WHERE task_id=? AND state={pb.TASK_STATE_PENDING}"
-                " AND pending_reason IS NOT ?",
-                [(reason, task_id, reason) for task_id, reason in pending_reasons.items()],
+                f"UPDATE tasks SET pending_reason=? WHERE task_id=? AND state={pb.TASK_STATE_PENDING}",
+                [(r, task_id) for task_id, r in pending_reasons.items() if self._written_reasons.get(task_id) != r],
             )
+        self._written_reasons.update(pending_reasons)
         return effects
 
     # ------------------------------------------------------------ workers

@@ -137,6 +137,8 @@ class StoreBase:
         # came, went or changed, a task went back to pending, a job was deleted): while it stays
         # the same, a scheduling pass need only try the tasks submitted since the last one.
         self.capacity_epoch = 0
+        # Pending reasons as the scheduler last wrote them; a task's entry goes when it changes state.
+        self._written_reasons: dict[str, str] = {}
         # worker id -> (registered_at_ms, (capacity, attributes, device)), dropped when a worker leaves
         self._worker_offers: dict[
             str, tuple[int, tuple[Resources, dict[str, AttributeValue], Device | None]]
@@ -244,6 +246,8 @@ class StoreBase:
                 " VALUES (?,?,?,?,?,?,?)",
                 (kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)),
             )
+        if kind == "task":
+            self._written_reasons.pop(entity_id, None)
         if kind == "job":
             self._jobs_changed += 1
             if old != new:
@@ -259,6 +263,14 @@ class StoreBase:
                 params.append(value)
         where = " AND ".join(f"{c}=?" for c in key_columns)
         self._conn.execute(f"UPDATE {table} SET {', '.join(assignments)} WHERE {where}", (*params, *keys))
+
+    def _scheduling_timeout(self, job_id: str) -> int:
+        """The job's scheduling timeout in ms (0: none), cached like its demand template."""
+        timeout_ms = self._scheduling_timeouts.get(job_id)
+        if timeout_ms is None:
+            timeout_ms = self.request_for(job_id).scheduling_timeout.milliseconds
+            self._scheduling_timeouts[job_id] = timeout_ms
+        return timeout_ms
 
     def _forget_job_shape(self, job_id: str) -> None:
         self._demand_templates.pop(job_id, None)
