@@ -174,6 +174,8 @@ class ControllerStore(StoreReads):
         # continues from there: a worker still holding an old attempt never takes a new one for it.
         for task in db.execute("SELECT task_id, current_attempt FROM tasks WHERE job_id=?", (job_id,)).fetchall():
             task_id = task["task_id"]
+            # A pass that ran while the task was killed may have remembered a reason for it.
+            self._written_reasons.pop(task_id, None)
             db.execute(
                 "INSERT OR REPLACE INTO deleted_task_attempts(task_id, last_attempt) VALUES (?,?)",
                 (task_id, task["current_attempt"]),
