@@ -54,6 +54,8 @@ def _write_config(config: config_pb2.IrisClusterConfig, controller_host: SshHost
     config.controller.manual.host = controller_host.address
     config.controller.manual.port = CONTROLLER_PORT
     config.defaults.autoscaler.evaluation_interval.milliseconds = 500
+    # Demand is real from its first evaluation here: waiting the default delay out asserts nothing.
+    config.defaults.autoscaler.scale_up_delay.milliseconds = 0
     path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     return path
 
@@ -244,7 +246,6 @@ def test_manual_worker_killed_mid_task_fails_its_slice_and_task_reruns_on_replac
     config = cluster_config([h.address for h in pool], ssh_key, "", tmp_path / "bundles")
     config.scale_groups[GROUP].min_slices = 1
     config.defaults.timeouts.ssh_poll_interval.milliseconds = 1000
-    config.defaults.autoscaler.scale_up_delay.milliseconds = 0
     config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
     workspace = tmp_path / "workspace"
     workspace.mkdir()
