@@ -357,9 +357,20 @@ def iris_build(args: list[str], timeout: float = 600.0) -> subprocess.CompletedP
     return result
 
 
+# Images this process built, by their build arguments and engine: the hosts' and the runtime tests'
+# fixtures want the same worker and task images, and one build of each per session is enough.
+_built: set[tuple[str, ...]] = set()
+
+
 def build_test_image(kind: str, base_image: str, tag: str, *extra: str) -> str:
-    """`iris build <kind> --offline` on the test base image; fails loudly with the build's output."""
-    result = iris_build([kind, "--offline", "--base-image", base_image, "--tag", tag, *extra])
+    """`iris build <kind> --offline` on the test base image, once per session for the same arguments;
+    fails loudly with the build's output."""
+    args = [kind, "--offline", "--base-image", base_image, "--tag", tag, *extra]
+    key = (os.environ.get("DOCKER_HOST", ""), *args)
+    if key in _built:
+        return tag
+    result = iris_build(args)
     if result.returncode != 0:
         raise AssertionError(f"iris build {kind} failed:\n{result.stdout}\n{result.stderr}")
+    _built.add(key)
     return tag
