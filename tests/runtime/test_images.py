@@ -121,7 +121,9 @@ def test_build_coreweave_controller_image_internet_step_installs_kubectl(
 def test_build_controller_image_answers_the_controller_entry_points_help(
     docker_engine: DockerEngine, dockerfile: str
 ) -> None:
-    tag = f"iris-test-{dockerfile.lower().replace('.', '-')}:latest"
+    # iris-test-controller[-coreweave]:latest: the tags other tests build these images under, so
+    # that the session builds each once (see offline_build).
+    tag = f"iris-test-{dockerfile.lower().removeprefix('dockerfile.').replace('.', '-')}:latest"
     image = build_test_image(
         "controller-image", docker_engine.base_image, tag, "--dockerfile", str(REPO / dockerfile)
     )
