@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import psutil
+from process_support import stop_processes
 
 from iris import chaos
 from iris.client import IrisClient
@@ -147,16 +148,7 @@ class ChaosCluster:
         process.wait()
 
     def stop(self) -> None:
-        processes = [*self.workers.values(), *([self.controller] if self.controller else [])]
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes([*self.workers.values(), *([self.controller] if self.controller else [])], 20)
 
     def marked_processes(self) -> list[psutil.Process]:
         """Every live process whose environment carries this run's marker: daemons and tasks."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from process_support import stop_processes
 
 from iris.client import IrisClient
 from iris.rpc import cluster_pb2 as pb
@@ -113,16 +114,7 @@ class ProcessCluster:
         process.wait()
 
     def stop(self) -> None:
-        processes = [*self.workers.values(), *([self.controller] if self.controller else [])]
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes([*self.workers.values(), *([self.controller] if self.controller else [])], 15)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cloudpickle
@@ -22,8 +23,24 @@ from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
 from iris.time import wait_until
 
+from .conftest import ProcessCluster
+
 # Callables defined here travel by value: the workers cannot import this test module.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessCluster]:
+    """One controller and one roomy worker for the tests here that neither kill a daemon nor need a
+    config of their own: each of them names its jobs apart from the others'."""
+    cluster = ProcessCluster(tmp_path_factory.mktemp("shared-cluster"))
+    try:
+        cluster.start_controller()
+        cluster.start_worker("w0", "--cpu", "8")
+        cluster.wait_for_workers("w0")
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def _import_from(workspace: Path, module: str):
@@ -35,21 +52,17 @@ def _import_from(workspace: Path, module: str):
         sys.modules.pop(module, None)
 
 
-def test_callable_from_workspace_module_returns_its_value(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
+def test_callable_from_workspace_module_returns_its_value(shared_cluster, workspace):
     mathlib = _import_from(workspace, "mathlib")
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(Entrypoint.from_callable(mathlib.triple, 14), name="triple")
         assert job.result(timeout=60) == 42
         assert job.status().state == pb.JOB_STATE_SUCCEEDED
 
 
-def test_callable_that_raises_surfaces_the_remote_traceback(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
+def test_callable_that_raises_surfaces_the_remote_traceback(shared_cluster, workspace):
     mathlib = _import_from(workspace, "mathlib")
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(Entrypoint.from_callable(mathlib.explode, "the reactor is on fire"), name="explode")
         with pytest.raises(ValueError, match="the reactor is on fire") as raised:
             job.result(timeout=60)
@@ -61,11 +74,9 @@ def test_callable_that_raises_surfaces_the_remote_traceback(process_cluster, wor
         assert "exited with code 1" in status.error
 
 
-def test_command_job_sees_bundle_but_not_ignored_files(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
+def test_command_job_sees_bundle_but_not_ignored_files(shared_cluster, workspace):
     script = "import os; print(open('data.txt').read().strip()); print('log bundled:', os.path.exists('secret.log'))"
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(Entrypoint.from_command(sys.executable, "-c", script), name="reader")
         job.wait(timeout=60)
         lines = [line.data for line in job.logs()]
@@ -73,10 +84,8 @@ def test_command_job_sees_bundle_but_not_ignored_files(process_cluster, workspac
     assert "log bundled: False" in lines
 
 
-def test_command_failure_reports_exit_code_and_stderr(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+def test_command_failure_reports_exit_code_and_stderr(shared_cluster, workspace):
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(
             Entrypoint.from_command("bash", "-c", "echo to-stdout; echo to-stderr >&2; exit 7"), name="exit7"
         )
@@ -89,11 +98,9 @@ def test_command_failure_reports_exit_code_and_stderr(process_cluster, workspace
     assert ("stdout", "to-stdout") in sources and ("stderr", "to-stderr") in sources
 
 
-def test_terminate_running_job_kills_its_process(process_cluster, workspace, tmp_path, pid_alive):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
+def test_terminate_running_job_kills_its_process(shared_cluster, workspace, tmp_path, pid_alive):
     pid_file = tmp_path / "task.pid"
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(
             Entrypoint.from_command("bash", "-c", f"echo $$ > {pid_file}; exec sleep 600"), name="sleeper"
         )
@@ -104,9 +111,7 @@ def test_terminate_running_job_kills_its_process(process_cluster, workspace, tmp
         wait_until(lambda: not pid_alive(pid), 30, 0.05, "the killed task's process to exit")
 
 
-def test_terminate_parent_cascades_to_child_jobs(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
+def test_terminate_parent_cascades_to_child_jobs(shared_cluster, workspace):
     parent_script = textwrap.dedent(
         """
         import os, time
@@ -118,7 +123,7 @@ def test_terminate_parent_cascades_to_child_jobs(process_cluster, workspace):
         time.sleep(600)
         """
     )
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         parent = client.submit(Entrypoint.from_command(sys.executable, "-c", parent_script), name="parent")
         wait_until(
             lambda: any(j.job_id == "/parent/child" and j.state == pb.JOB_STATE_RUNNING for j in client.list_jobs()),
@@ -225,13 +230,12 @@ def test_submit_dispatches_without_waiting_for_a_tick(tmp_path, workspace):
         daemon.stop()
 
 
-def test_connect_api_answers_curl_json(process_cluster, workspace):
-    process_cluster.start_controller()
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+def test_connect_api_answers_curl_json(shared_cluster, workspace):
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         client.submit(Entrypoint.from_command("true"), name="visible")
     result = subprocess.run(
         ["curl", "-sS", "-X", "POST", "-H", "Content-Type: application/json", "-d", '{"name_prefix": "/vis"}',
-         f"{process_cluster.url}/iris.cluster.ControllerService/ListJobs"],
+         f"{shared_cluster.url}/iris.cluster.ControllerService/ListJobs"],
         capture_output=True,
         text=True,
         check=True,
@@ -240,9 +244,8 @@ def test_connect_api_answers_curl_json(process_cluster, workspace):
     assert [job["jobId"] for job in body["jobs"]] == ["/visible"]
 
 
-def test_bad_requests_get_clear_errors_and_the_controller_keeps_serving(process_cluster):
-    process_cluster.start_controller()
-    base = f"{process_cluster.url}/iris.cluster.ControllerService"
+def test_bad_requests_get_clear_errors_and_the_controller_keeps_serving(shared_cluster):
+    base = f"{shared_cluster.url}/iris.cluster.ControllerService"
     json_headers = {"Content-Type": "application/json"}
     malformed = httpx.post(f"{base}/LaunchJob", content=b'{"name": ', headers=json_headers)
     assert malformed.status_code == 400 and malformed.json()["code"] == "invalid_argument"
@@ -260,14 +263,13 @@ def test_bad_requests_get_clear_errors_and_the_controller_keeps_serving(process_
     assert httpx.post(f"{base}/ListJobs", json={}, headers=json_headers).status_code == 200
 
 
-def test_oversized_bundle_is_refused_with_its_size(process_cluster):
-    process_cluster.start_controller()
+def test_oversized_bundle_is_refused_with_its_size(shared_cluster):
     oversized = os.urandom(65 * 1024 * 1024)
     request = pb.LaunchJobRequest(
         name="huge", entrypoint=pb.Entrypoint(command=pb.CommandEntrypoint(argv=["true"])), bundle_blob=oversized
     )
     response = httpx.post(
-        f"{process_cluster.url}/iris.cluster.ControllerService/LaunchJob",
+        f"{shared_cluster.url}/iris.cluster.ControllerService/LaunchJob",
         content=request.SerializeToString(),
         headers={"Content-Type": "application/proto"},
         timeout=60,
@@ -275,7 +277,7 @@ def test_oversized_bundle_is_refused_with_its_size(process_cluster):
     error = response.json()
     assert error["code"] == "invalid_argument"
     assert "over the controller's limit of 64 MiB" in error["message"]
-    assert httpx.get(f"{process_cluster.url}/health").status_code == 200
+    assert httpx.get(f"{shared_cluster.url}/health").status_code == 200
 
 
 def test_controller_with_typo_in_config_exits_naming_the_key(tmp_path):
@@ -293,12 +295,10 @@ def test_controller_with_typo_in_config_exits_naming_the_key(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_endpoints_visible_while_job_runs_and_hidden_after(process_cluster, workspace, tmp_path):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0")
+def test_endpoints_visible_while_job_runs_and_hidden_after(shared_cluster, workspace, tmp_path):
     release = tmp_path / "release"
     script = f"import pathlib, time\nwhile not pathlib.Path('{release}').exists(): time.sleep(0.05)\n"
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(Entrypoint.from_command(sys.executable, "-c", script), name="server")
         client.call(
             "register_endpoint",
@@ -311,10 +311,8 @@ def test_endpoints_visible_while_job_runs_and_hidden_after(process_cluster, work
         assert list(client.call("list_endpoints", pb.ListEndpointsRequest(prefix="/server/")).endpoints) == []
 
 
-def test_replicas_get_their_task_index(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0", "--cpu", "8")
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+def test_replicas_get_their_task_index(shared_cluster, workspace):
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(
             Entrypoint.from_command("bash", "-c", "echo index=$IRIS_TASK_INDEX of $IRIS_NUM_TASKS"),
             name="fanout",
@@ -326,9 +324,7 @@ def test_replicas_get_their_task_index(process_cluster, workspace):
     assert lines == ["index=0 of 3", "index=1 of 3", "index=2 of 3"]
 
 
-def test_child_job_submitted_from_a_task_runs_with_the_parents_bundle(process_cluster, workspace):
-    process_cluster.start_controller()
-    process_cluster.start_worker("w0", "--cpu", "4")
+def test_child_job_submitted_from_a_task_runs_with_the_parents_bundle(shared_cluster, workspace):
     parent_script = textwrap.dedent(
         """
         import mathlib
@@ -341,16 +337,16 @@ def test_child_job_submitted_from_a_task_runs_with_the_parents_bundle(process_cl
         print("child", child.job_id, "returned", child.result(timeout=60))
         """
     )
-    with IrisClient.remote(process_cluster.url, workspace=workspace) as client:
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         parent = client.submit(
             Entrypoint.from_command(sys.executable, "-c", parent_script),
-            name="parent",
+            name="bundle-parent",
             resources=ResourceSpec(cpu=1, memory="100MB"),
         )
         parent.wait(timeout=90)
-        assert [line.data for line in parent.logs()] == ["child /parent/child returned 15"]
-        child = client.job("/parent/child").status()
-        assert child.parent_job_id == "/parent"
+        assert [line.data for line in parent.logs()] == ["child /bundle-parent/child returned 15"]
+        child = client.job("/bundle-parent/child").status()
+        assert child.parent_job_id == "/bundle-parent"
         assert child.state == pb.JOB_STATE_SUCCEEDED
 
 

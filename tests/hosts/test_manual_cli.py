@@ -54,6 +54,8 @@ def _write_config(config: config_pb2.IrisClusterConfig, controller_host: SshHost
     config.controller.manual.host = controller_host.address
     config.controller.manual.port = CONTROLLER_PORT
     config.defaults.autoscaler.evaluation_interval.milliseconds = 500
+    # Demand is real from its first evaluation here: waiting the default delay out asserts nothing.
+    config.defaults.autoscaler.scale_up_delay.milliseconds = 0
     path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     return path
 
@@ -172,12 +174,16 @@ def test_manual_slices_that_cannot_come_up_show_a_one_line_reason_in_the_cli(
         for name in groups:
             _ok(_iris("cluster", "--config", str(config_file), "slice", "create", "--scale-group", name, cwd=workspace))
 
-        def errors() -> dict[str, str]:
-            listing = _iris("cluster", "--config", str(config_file), "slice", "list", "--all", "--json", cwd=workspace)
-            return {item["scaleGroup"]: item.get("error", "") for item in json.loads(_ok(listing))}
+        # Waited for through one tunnel: each CLI call would open its own SSH connections.
+        with IrisClient.for_cluster(config_file, workspace=workspace) as client:
 
-        wait_until(lambda: all(errors().get(name) for name in groups), 60, 0.5, "every slice to fail")
-        failed = errors()
+            def failed_groups() -> set[str]:
+                slices = client.call("list_slices", pb.ListSlicesRequest(include_deleted=True)).slices
+                return {item.scale_group for item in slices if item.error}
+
+            wait_until(lambda: set(groups) <= failed_groups(), 60, 0.2, "every slice to fail")
+        listed = _iris("cluster", "--config", str(config_file), "slice", "list", "--all", "--json", cwd=workspace)
+        failed = {item["scaleGroup"]: item.get("error", "") for item in json.loads(_ok(listed))}
         listing = _ok(_iris("cluster", "--config", str(config_file), "slice", "list", "--all", cwd=workspace))
         autoscaler = _ok(_iris("cluster", "--config", str(config_file), "autoscaler", "status", cwd=workspace))
     finally:
@@ -244,7 +250,6 @@ def test_manual_worker_killed_mid_task_fails_its_slice_and_task_reruns_on_replac
     config = cluster_config([h.address for h in pool], ssh_key, "", tmp_path / "bundles")
     config.scale_groups[GROUP].min_slices = 1
     config.defaults.timeouts.ssh_poll_interval.milliseconds = 1000
-    config.defaults.autoscaler.scale_up_delay.milliseconds = 0
     config_file = _write_config(config, controller_host, tmp_path / "manual.yaml")
     workspace = tmp_path / "workspace"
     workspace.mkdir()

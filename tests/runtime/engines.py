@@ -357,9 +357,25 @@ def iris_build(args: list[str], timeout: float = 600.0) -> subprocess.CompletedP
     return result
 
 
+# `iris build` runs of this process, by their arguments and engine: the hosts' and the runtime
+# tests' fixtures and the image tests want the same worker and task images, and one build of each
+# per session is enough.
+_offline_builds: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
+
+
+def offline_build(kind: str, base_image: str, tag: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`iris build <kind> --offline` on the test base image, run once per session for the same
+    arguments; later calls return the first run's result."""
+    args = [kind, "--offline", "--base-image", base_image, "--tag", tag, *extra]
+    key = (os.environ.get("DOCKER_HOST", ""), *args)
+    if key not in _offline_builds:
+        _offline_builds[key] = iris_build(args)
+    return _offline_builds[key]
+
+
 def build_test_image(kind: str, base_image: str, tag: str, *extra: str) -> str:
-    """`iris build <kind> --offline` on the test base image; fails loudly with the build's output."""
-    result = iris_build([kind, "--offline", "--base-image", base_image, "--tag", tag, *extra])
+    """`offline_build`'s image; fails loudly with the build's output."""
+    result = offline_build(kind, base_image, tag, *extra)
     if result.returncode != 0:
         raise AssertionError(f"iris build {kind} failed:\n{result.stdout}\n{result.stderr}")
     return tag

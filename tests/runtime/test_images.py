@@ -19,7 +19,7 @@ from pathlib import Path
 import docker
 import pytest
 from click.testing import CliRunner
-from engines import REPO, DockerEngine, build_test_image, iris_build
+from engines import REPO, DockerEngine, build_test_image, iris_build, offline_build
 
 from iris.cli.app import iris
 
@@ -43,9 +43,8 @@ def test_build_task_image_runs_the_callable_runner_with_iris_installed(task_imag
 
 
 def test_build_worker_image_offline_answers_the_worker_entry_points_help(docker_engine: DockerEngine) -> None:
-    result = iris_build(
-        ["worker-image", "--offline", "--base-image", docker_engine.base_image, "--tag", "iris-test-worker:latest"]
-    )
+    # The session's one offline build of the worker image (the hosts' and runtime tests' too).
+    result = offline_build("worker-image", docker_engine.base_image, "iris-test-worker:latest")
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     assert "INSTALL_CRICTL=0" in result.stdout and "INSTALL_DOCKER_CLI=0" in result.stdout
     assert re.search(r"^Built iris-test-worker:latest", result.stdout, re.MULTILINE)
@@ -122,7 +121,9 @@ def test_build_coreweave_controller_image_internet_step_installs_kubectl(
 def test_build_controller_image_answers_the_controller_entry_points_help(
     docker_engine: DockerEngine, dockerfile: str
 ) -> None:
-    tag = f"iris-test-{dockerfile.lower().replace('.', '-')}:latest"
+    # iris-test-controller[-coreweave]:latest: the tags other tests build these images under, so
+    # that the session builds each once (see offline_build).
+    tag = f"iris-test-{dockerfile.lower().removeprefix('dockerfile.').replace('.', '-')}:latest"
     image = build_test_image(
         "controller-image", docker_engine.base_image, tag, "--dockerfile", str(REPO / dockerfile)
     )
