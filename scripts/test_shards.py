@@ -1,0 +1,101 @@
+"""Run the test suite as two pytest sessions side by side, or as one when given test paths.
+
+`scripts/test` calls this after installing what the suite needs. Most of the suite's time is spent
+waiting for subprocesses, daemons and sockets, so on a two-core CI machine one session leaves a
+core idle. The suite splits along what the tests share:
+
+- "systems": the tests that start the session's own dockerd and containerd, the network-namespace
+  hosts with their sshd, and the Google and Kubernetes fakes built on them. They share those
+  session-wide daemons, so they stay in one session.
+- "core": everything else (controller logic, storage, the CLI and end-to-end runs on local
+  clusters, the dashboard, chaos), which binds only port 0 and private temporary directories.
+
+Each line a session prints is prefixed with its name; the last line sums both up. The exit status
+is the first failing session's, or 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+TESTS = Path("tests")
+SYSTEMS_PATHS = ("runtime", "hosts", "gcp", "coreweave")
+
+
+def _names_test_paths(args: list[str]) -> bool:
+    """Whether the arguments choose tests by path (then one session runs exactly those)."""
+    return any(not arg.startswith("-") and ("::" in arg or Path(arg.split("::")[0]).exists()) for arg in args)
+
+
+def _shards() -> dict[str, list[str]]:
+    systems = [str(TESTS / name) for name in SYSTEMS_PATHS if (TESTS / name).exists()]
+    core = sorted(
+        str(path)
+        for path in TESTS.iterdir()
+        if path.name not in SYSTEMS_PATHS
+        and (path.is_dir() and not path.name.startswith((".", "__")) or path.name.startswith("test_"))
+    )
+    return {"systems": systems, "core": core}
+
+
+def _relay(name: str, stream, last_lines: dict[str, str], lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        if line.strip():
+            last_lines[name] = line
+        with lock:
+            sys.stdout.write(f"[{name}] {line}\n")
+            sys.stdout.flush()
+
+
+def _run_side_by_side(args: list[str]) -> int:
+    started = time.monotonic()
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+    for name, paths in _shards().items():
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *args, *paths],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def forward(signum: int, _frame) -> None:
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+
+    last_lines: dict[str, str] = {}
+    lock = threading.Lock()
+    relays = [
+        threading.Thread(target=_relay, args=(name, process.stdout, last_lines, lock), daemon=True)
+        for name, process in processes.items()
+    ]
+    for relay in relays:
+        relay.start()
+    codes = {name: process.wait() for name, process in processes.items()}
+    for relay in relays:
+        relay.join()
+
+    summary = "; ".join(f"{name}: {last_lines.get(name, 'no output')}" for name in processes)
+    print(f"scripts/test: {summary}; both sessions took {time.monotonic() - started:.0f}s")
+    return next((code for code in codes.values() if code != 0), 0)
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    if os.environ.get("IRIS_TEST_SHARDS") == "1" or _names_test_paths(args):
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *args])
+    return _run_side_by_side(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The suite's split into two side-by-side sessions (scripts/test_shards.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DAEMON_IMPORTS = re.compile(r"^\s*(from|import)\s+(engines|netns|fakes\.gcp)\b", re.MULTILINE)
+
+
+def _load_shards_module():
+    spec = importlib.util.spec_from_file_location("test_shards_script", ROOT / "scripts" / "test_shards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shards() -> dict[str, list[str]]:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return _load_shards_module()._shards()
+    finally:
+        os.chdir(cwd)
+
+
+def test_shards_cover_every_test_path_exactly_once() -> None:
+    shards = _shards()
+    chosen = [path for paths in shards.values() for path in paths]
+    expected = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").iterdir()
+        if (path.is_dir() and not path.name.startswith((".", "__"))) or path.name.startswith("test_")
+    )
+    assert sorted(chosen) == expected
+
+
+def test_shards_keep_every_test_of_the_shared_daemons_in_the_systems_session() -> None:
+    """Tests that start the session's dockerd/containerd or network-namespace hosts must share one
+    session, or two sessions would start the same daemons on the same sockets."""
+    systems = {Path(path) for path in _shards()["systems"]}
+    outside = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("*.py")
+        if (path.name.startswith("test_") or path.name == "conftest.py")
+        and SHARED_DAEMON_IMPORTS.search(path.read_text())
+        and not any(parent in systems for parent in path.relative_to(ROOT).parents)
+    ]
+    assert outside == []
+
+
+def test_test_paths_on_the_command_line_run_one_session() -> None:
+    module = _load_shards_module()
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert module._names_test_paths(["-q", "tests/controller"])
+        assert module._names_test_paths(["tests/test_time.py::test_anything"])
+        assert not module._names_test_paths(["-q", "-k", "heartbeat", "-p", "no:cacheprovider"])
+    finally:
+        os.chdir(cwd)
