@@ -100,7 +100,11 @@ class Controller:
         self.bundles = bundles
         self.settings = settings
         self.core = ControllerCore(
-            store, settings, start_round=self._spawn_heartbeats, wake_scheduler=self.wake_scheduler
+            store,
+            settings,
+            start_round=self._spawn_heartbeats,
+            wake_scheduler=self.wake_scheduler,
+            capacity_waits=self._capacity_waits,
         )
         self._schedule_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,6 +165,9 @@ class Controller:
         return task
 
     # ------------------------------------------------------------ events
+
+    def _capacity_waits(self) -> dict[str, str]:
+        return self.autoscaler.job_waits() if self.autoscaler is not None else {}
 
     def wake_scheduler(self) -> None:
         if self._schedule_event is not None:
