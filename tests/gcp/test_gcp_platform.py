@@ -63,7 +63,7 @@ def test_gcp_platform_after_restart_adopts_labelled_nodes_and_fails_a_preempted_
     platform.shutdown()
 
 
-def test_gcp_platform_create_slice_raises_quota_at_once_and_permission_with_what_to_grant(
+def test_gcp_platform_create_slice_raises_quota_and_permission_at_once_and_creates_spot_as_spot(
     fake_gcp: FakeGcp, tmp_path: Path
 ) -> None:
     platform, config = _platform(fake_gcp, tmp_path)
@@ -84,3 +84,11 @@ def test_gcp_platform_create_slice_raises_quota_at_once_and_permission_with_what
             prepare_slice_config(template, GROUP, LABEL_PREFIX, ZONES[1], PROVIDER), bootstrap
         )
     assert fake_gcp.nodes() == []
+
+    template.gcp.preemptible, template.gcp.spot = False, True
+    spot = platform.create_slice(prepare_slice_config(template, GROUP, LABEL_PREFIX, ZONES[1], PROVIDER), bootstrap)
+    node = fake_gcp.node(spot.slice_id)
+    assert node.spot and not node.preemptible
+    spot.terminate()
+    assert fake_gcp.nodes() == []
+    platform.shutdown()
