@@ -9,6 +9,7 @@ import pytest
 from cluster_support import GROUP, LABEL_PREFIX, ZONES, cluster_config
 from conftest import Gcloud
 from fakes.gcp import FakeGcp
+from fakes.gcp.fake import DEFAULT_OPERATION_DELAY_S
 
 from iris.cluster.platform.base import CloudSliceState, QuotaExhaustedError, prepare_slice_config
 from iris.cluster.platform.gcloud import GcpPermissionError
@@ -41,6 +42,8 @@ def test_gcp_platform_after_restart_adopts_labelled_nodes_and_fails_a_preempted_
     fake_gcp.operation_delay = 30.0
     _create_node(gcloud, "half-made", ZONES[1], MANAGED, "--async")
     _create_node(gcloud, "not-ours", ZONES[0], "--async")
+    # Only those two stay CREATING: deleting the preempted node below takes the usual moment.
+    fake_gcp.operation_delay = DEFAULT_OPERATION_DELAY_S
     platform, _ = _platform(fake_gcp, tmp_path)
 
     found = {h.slice_id: h for h in platform.list_slices(ZONES, {f"{LABEL_PREFIX}-managed": "true"})}

@@ -328,18 +328,27 @@ class GcpTpuSlices:
         logger.info("gcp slice %s: creating %s in %s", slice_id, config.accelerator_variant, gcp.zone)
         return GcpSliceHandle(self, record)
 
-    def _fail(self, record: _SliceRecord, reason: str, quota_exhausted: bool = False) -> None:
-        """FAILED with `reason` (one line), after deleting the node: nothing is left to pay for."""
+    def _fail(
+        self, record: _SliceRecord, reason: str, quota_exhausted: bool = False, delete_first: bool = False
+    ) -> None:
+        """FAILED with `reason` (one line), and the node deleted: nothing is left to pay for.
+
+        A node that never came up is reported first, so the autoscaler replaces the slice while
+        it is being deleted. A lost one (`delete_first`: preempted, stopped) still holds its
+        machines until it is deleted, so a replacement asked for before that may find the zone
+        out of capacity and block it for quota_backoff: it is deleted first."""
         if record.cancelled.is_set():
             return
         with self._lock:
             record.quota_exhausted = quota_exhausted
-        # Reported first, so the autoscaler replaces the slice while the node is being deleted.
-        self._transition(record, CloudSliceState.FAILED, reason.splitlines()[0])
+        if not delete_first:
+            self._transition(record, CloudSliceState.FAILED, reason.splitlines()[0])
         try:
             self._delete_node(record.slice_id, record.zone)
         except PlatformError as exc:
             logger.warning("gcp slice %s: could not delete its node after failing: %s", record.slice_id, exc)
+        if delete_first:
+            self._transition(record, CloudSliceState.FAILED, reason.splitlines()[0])
 
     def _bring_up(
         self, record: _SliceRecord, call: g.GcloudCall, bootstrap_config: config_pb2.BootstrapConfig
@@ -517,7 +526,7 @@ class GcpTpuSlices:
                 )
                 if reason and not record.cancelled.is_set():
                     logger.warning("gcp slice %s failed: %s", record.slice_id, reason)
-                    self._fail(record, reason)
+                    self._fail(record, reason, delete_first=True)
 
     def _terminate(self, record: _SliceRecord) -> None:
         record.cancelled.set()
