@@ -368,7 +368,9 @@ class GcpTpuSlices:
         try:
             # `create` prints the node once its operation is done: described again only if it is
             # not READY with its hosts yet.
-            node = created if isinstance(created, dict) and _ready(created) else self._wait_until_ready(record)
+            node = (
+                created if isinstance(created, dict) and _ready(created) else self._wait_until_ready(record)
+            )
             self._connect_workers(record, node)
         except PlatformError as exc:
             self._fail(record, str(exc))
@@ -602,5 +604,3 @@ class GcpTpuSlices:
     def shutdown(self) -> None:
         """Stop driving bring-ups and watches; nodes and VMs stay for the next controller."""
         self._shutdown.set()
-
-

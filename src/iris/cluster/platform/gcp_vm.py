@@ -161,9 +161,7 @@ class GcpControllerVms:
             dict(config.metadata),
         )
         created = g.json_of(self.gcloud.run(args, context, self._boot_timeout))
-        instance = (
-            created[0] if isinstance(created, list) and created else self.describe_instance(name, zone)
-        )
+        instance = created[0] if isinstance(created, list) and created else self.describe_instance(name, zone)
         try:
             return self.start_controller(instance, zone, config)
         except (PlatformError, BootstrapConfigError) as exc:
@@ -229,7 +227,9 @@ class GcpControllerVms:
         label; whether this machine can reach it directly is the caller's concern (tunnel)."""
         address_key = f"iris-controller-address-{self.label_prefix}"
         for vm in self.list_vms([], {self._keys.controller: "true"}):
-            address = vm.metadata.get(address_key) or f"http://{vm.private_address}:{config.controller.gcp.port}"
+            address = (
+                vm.metadata.get(address_key) or f"http://{vm.private_address}:{config.controller.gcp.port}"
+            )
             # A CLI that cannot reach the address tunnels to this VM next: no second listing.
             self._discovered = (address, vm)
             return address
