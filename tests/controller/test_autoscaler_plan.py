@@ -17,6 +17,7 @@ from iris.cluster.controller.autoscaler import (
     DemandUnit,
     SliceView,
     demand_units,
+    explain_pending,
     group_state,
     plan,
     registration_failure,
@@ -594,6 +595,35 @@ def test_plan_unavailable_first_group_falls_through_to_the_next(make_unavailable
     assert alone.scale_up == {}
     assert alone.demand == {"first": 1}
     assert alone.unmet == {"first": reason}
+
+
+def test_plan_stockout_in_every_zone_gives_the_waiting_job_one_line_per_zone_with_why():
+    group = make_group("tpu", zones=("zone-a", "zone-b"))
+    group.block_zone("zone-b", NOW - SECOND, 5 * MINUTE, 'no more capacity in the zone "zone-b"')
+    group.block_zone("zone-a", NOW - SECOND, 5 * MINUTE, "quota TPUV5 exceeded in zone-a")
+    waiting, other = tasks("/train", 2), tasks("/other", 1)
+
+    result = plan([group], [], units_of(*waiting, *other), NOW, NO_DELAY)
+
+    expected = (
+        "tpu can add no slice: every zone refused\n"
+        "  zone-a: quota TPUV5 exceeded in zone-a\n"
+        '  zone-b: no more capacity in the zone "zone-b"'
+    )
+    assert result.job_waits == {"/train": expected, "/other": expected}
+    scheduler_says = {t.task_id: "no healthy workers are registered" for t in (*waiting, *other)}
+    explained = explain_pending(scheduler_says, [*waiting, *other], {"/train": expected})
+    assert explained["/train/1"] == f"no healthy workers are registered\n{expected}"
+    assert explained["/other/0"] == "no healthy workers are registered"
+
+
+def test_plan_job_whose_group_can_grow_has_no_capacity_wait():
+    group = make_group("tpu", zones=("zone-a", "zone-b"))
+    group.block_zone("zone-a", NOW - SECOND, 5 * MINUTE, "quota exceeded")
+
+    result = plan([group], [], units_of(task()), NOW, NO_DELAY)
+
+    assert result.scale_up == {"tpu": 1} and result.job_waits == {}
 
 
 def test_plan_backing_off_group_does_not_top_up_min_slices():

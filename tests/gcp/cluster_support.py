@@ -91,7 +91,7 @@ def cluster_config(tmp_path: Path, controller_env: dict[str, str]) -> dict[str, 
     defaults["timeouts"] = {
         "boot_timeout": "90s",
         "init_timeout": "90s",
-        "ssh_poll_interval": "1s",
+        "ssh_poll_interval": "3s",
         "heartbeat_interval": "1s",
         "worker_timeout": "20s",
         "kill_grace_period": "2s",

@@ -7,6 +7,8 @@ an operation that ended in a stockout, 404, 403, 503, Compute's error shapes).
 from __future__ import annotations
 
 import pytest
+import yaml
+from cluster_support import EXAMPLE
 
 from iris.cluster.platform.base import (
     PlatformError,
@@ -29,7 +31,11 @@ from iris.cluster.platform.gcloud import (
     tpu_list_args,
     tpu_ssh_args,
 )
-from iris.cluster.platform.gcp import instance_addresses, node_worker_addresses, parse_rfc3339_ms
+from iris.cluster.platform.gcp import PROVIDER
+from iris.cluster.platform.gcp_tpu import node_worker_addresses, parse_rfc3339_ms
+from iris.cluster.platform.gcp_vm import instance_addresses
+from iris.cluster.types import ATTR_PREEMPTIBLE
+from iris.config import ConfigError, apply_defaults, load_config_from_dict, validate_config
 from iris.time import Duration
 
 TPU_QUOTA = """ERROR: (gcloud.compute.tpus.tpu-vm.create) RESOURCE_EXHAUSTED: Quota limit 'TPUV5sPreemptibleLitepodServingPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 0 in zone europe-west4-a.
@@ -170,6 +176,18 @@ def test_tpu_create_args_carry_type_version_zone_labels_and_preemptible() -> Non
     assert args[-1] == "--format=json"
     spot = tpu_create_args("n", "z", "v6e-8", "v", {}, preemptible=True, spot=True)
     assert "--spot" in spot and "--preemptible" not in spot
+
+
+def test_gcp_config_with_both_preemptible_and_spot_is_refused_naming_the_field() -> None:
+    config = apply_defaults(load_config_from_dict(yaml.safe_load(EXAMPLE.read_text())))
+    validate_config(config, source="eu-west4.yaml")  # the example's spot group alone is fine
+    assert config.scale_groups["tpu_v6e_8"].slice_template.gcp.spot
+    assert PROVIDER.worker_attributes(config.scale_groups["tpu_v6e_8"].slice_template) == {
+        ATTR_PREEMPTIBLE: "true"
+    }
+    config.scale_groups["tpu_v6e_8"].slice_template.gcp.preemptible = True
+    with pytest.raises(ConfigError, match=r"tpu_v6e_8.slice_template.gcp.spot: a slice is either preemptible or spot"):
+        validate_config(config, source="eu-west4.yaml")
 
 
 def test_list_args_filter_on_every_label_exactly() -> None:

@@ -7,6 +7,7 @@ the test host), and `stop` leaves no labelled node or VM."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def relay(fake_gcp: FakeGcp, gcp_host_network: HostNetwork) -> Iterator[ApiRelay
 
 
 @pytest.mark.timeout(900)
-def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_and_stop_leaves_nothing(
+def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_restart_preemption_stockout_and_stop_leaves_nothing(
     fake_gcp: FakeGcp,
     gcp_host_network: HostNetwork,
     gcloud_environ: dict[str, str],
@@ -80,6 +81,13 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
     workspace.mkdir()
     cli = dict(os.environ)
     fake_gcp.set_quota(ZONES[0], tpu_chips=0)
+    # A TPU API that keeps answering 503: gcloud tries 5 times, backing off about 30 s in all, then
+    # prints the API's status (what the platform's error table reads). It runs alongside the scenario.
+    fake_gcp.fail_next("unavailable", method="GET", path="/nodes/ghost$", times=100)
+    unavailable = subprocess.Popen(
+        ["gcloud", "compute", "tpus", "tpu-vm", "describe", "ghost", f"--zone={ZONES[0]}"],
+        env=gcloud_environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
 
     def run_iris(*args: str) -> str:
         return ok(iris(*args, cwd=workspace, env=cli))
@@ -127,6 +135,17 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
                     return starts.read_text().split("\n")[:-1] if starts.exists() else []
 
                 wait_until(lambda: len(started_on()) == 4, 60, 0.2, "the four tasks to start")
+
+                # A restart keeps the controller's VM and state: the running job carries on on the
+                # adopted workers (none of its tasks starts again: see below), and the finished one
+                # stays queryable.
+                restarted = run_iris("cluster", "--config", str(config_file), "restart")
+                assert f"restarting the controller on {CONTROLLER_VM}, keeping its state" in restarted
+                assert fake_gcp.instance(CONTROLLER_VM).host == vm.host
+                jobs = {j.job_id: j.state for j in client.list_jobs()}
+                assert jobs[job.job_id] == pb.JOB_STATE_RUNNING
+                assert sorted(jobs.values()) == [pb.JOB_STATE_RUNNING, pb.JOB_STATE_SUCCEEDED], jobs
+
                 fake_gcp.preempt(node.name)
                 wait_until(
                     lambda: len(started_on()) == 8, 180, 0.5, "the tasks to start again on a new slice"
@@ -178,6 +197,21 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
                     pytest.fail(
                         f"iris run said:\n{chr(10).join(waiting.lines()[-10:])}\nautoscaler:\n{status.stdout}"
                     )
+                # The job's own pending reason (iris job status, GetJobStatus) names each zone and why.
+                with IrisClient.for_cluster(config_file, workspace=workspace) as client:
+                    [pending] = client.list_jobs(states=["pending"])
+
+                    def reason_naming_both_zones() -> list[str]:
+                        lines = client.job(pending.job_id).status().pending_reason.splitlines()
+                        named = all(
+                            any(line.startswith(f"  {zone}: ") and f'capacity in the zone "{zone}"' in line
+                                for line in lines)
+                            for zone in ZONES
+                        )  # fmt: skip
+                        return lines if named else []
+
+                    reason = wait_until(reason_naming_both_zones, 30, 0.5, "the job's pending reason")
+                assert f"{GROUP} can add no slice: every zone refused" in reason, reason
             assert f"{GROUP} has no zone with quota: {ZONES[0]} (" in both_zones_out()[0]
             status = run_iris("cluster", "--config", str(config_file), "autoscaler", "status")
             for zone in ZONES:
@@ -207,6 +241,10 @@ def test_gcp_cluster_cli_tpu_job_from_zero_quota_fallback_preemption_stockout_an
     assert f"nothing of cluster '{CLUSTER}' found" in run_iris(
         "cluster", "--config", str(config_file), "debug", "cleanup"
     )
+    stderr = unavailable.communicate(timeout=120)[1]
+    assert unavailable.returncode == 1
+    assert "'status': 503}>" in stderr and '"status": "UNAVAILABLE"' in stderr
+    assert fake_gcp.calls.count(("GET", f"/v2/projects/{fake_gcp.project}/locations/{ZONES[0]}/nodes/ghost")) == 5
 
 
 def test_gcp_debug_cleanup_lists_then_deletes_every_labelled_node_and_vm(

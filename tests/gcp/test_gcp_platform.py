@@ -9,6 +9,7 @@ import pytest
 from cluster_support import GROUP, LABEL_PREFIX, ZONES, cluster_config
 from conftest import Gcloud
 from fakes.gcp import FakeGcp
+from fakes.gcp.fake import DEFAULT_OPERATION_DELAY_S
 
 from iris.cluster.platform.base import CloudSliceState, QuotaExhaustedError, prepare_slice_config
 from iris.cluster.platform.gcloud import GcpPermissionError
@@ -41,6 +42,8 @@ def test_gcp_platform_after_restart_adopts_labelled_nodes_and_fails_a_preempted_
     fake_gcp.operation_delay = 30.0
     _create_node(gcloud, "half-made", ZONES[1], MANAGED, "--async")
     _create_node(gcloud, "not-ours", ZONES[0], "--async")
+    # Only those two stay CREATING: deleting the preempted node below takes the usual moment.
+    fake_gcp.operation_delay = DEFAULT_OPERATION_DELAY_S
     platform, _ = _platform(fake_gcp, tmp_path)
 
     found = {h.slice_id: h for h in platform.list_slices(ZONES, {f"{LABEL_PREFIX}-managed": "true"})}
@@ -63,7 +66,7 @@ def test_gcp_platform_after_restart_adopts_labelled_nodes_and_fails_a_preempted_
     platform.shutdown()
 
 
-def test_gcp_platform_create_slice_raises_quota_at_once_and_permission_with_what_to_grant(
+def test_gcp_platform_create_slice_raises_quota_and_permission_at_once_and_creates_spot_as_spot(
     fake_gcp: FakeGcp, tmp_path: Path
 ) -> None:
     platform, config = _platform(fake_gcp, tmp_path)
@@ -84,3 +87,11 @@ def test_gcp_platform_create_slice_raises_quota_at_once_and_permission_with_what
             prepare_slice_config(template, GROUP, LABEL_PREFIX, ZONES[1], PROVIDER), bootstrap
         )
     assert fake_gcp.nodes() == []
+
+    template.gcp.preemptible, template.gcp.spot = False, True
+    spot = platform.create_slice(prepare_slice_config(template, GROUP, LABEL_PREFIX, ZONES[1], PROVIDER), bootstrap)
+    node = fake_gcp.node(spot.slice_id)
+    assert node.spot and not node.preemptible
+    spot.terminate()
+    assert fake_gcp.nodes() == []
+    platform.shutdown()

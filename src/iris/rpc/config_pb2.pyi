@@ -257,16 +257,18 @@ class VmConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., gcp: _Optional[_Union[GcpVmConfig, _Mapping]] = ..., manual: _Optional[_Union[ManualVmConfig, _Mapping]] = ...) -> None: ...
 
 class GcpSliceConfig(_message.Message):
-    __slots__ = ("zone", "runtime_version", "preemptible", "topology")
+    __slots__ = ("zone", "runtime_version", "preemptible", "topology", "spot")
     ZONE_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    SPOT_FIELD_NUMBER: _ClassVar[int]
     zone: str
     runtime_version: str
     preemptible: bool
     topology: str
-    def __init__(self, zone: _Optional[str] = ..., runtime_version: _Optional[str] = ..., preemptible: _Optional[bool] = ..., topology: _Optional[str] = ...) -> None: ...
+    spot: bool
+    def __init__(self, zone: _Optional[str] = ..., runtime_version: _Optional[str] = ..., preemptible: _Optional[bool] = ..., topology: _Optional[str] = ..., spot: _Optional[bool] = ...) -> None: ...
 
 class CoreweaveSliceConfig(_message.Message):
     __slots__ = ("region", "instance_type", "gpus_per_node", "gpu_class", "infiniband")

@@ -95,6 +95,8 @@ class Plan:
     demand: dict[str, int] = field(default_factory=dict)  # group -> units routed to it
     unmet: dict[str, str] = field(default_factory=dict)  # group -> why its demand waits
     unroutable: list[str] = field(default_factory=list)  # demand no group can serve, with reason
+    # job -> why no slice comes for its waiting demand (a blocked zone per line), for its pending reason
+    job_waits: dict[str, str] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # group -> why it scales
     # group -> since when its demand has waited (None: it has none); the caller records it
     demand_since: dict[str, int | None] = field(default_factory=dict)
@@ -172,6 +174,7 @@ def _route_demand(
         if chosen is None:
             first = servers[0]
             result.unmet.setdefault(first.name, _unavailable_reason(first, states[first.name], now_ms))
+            result.job_waits.setdefault(unit.job_id, capacity_wait_reason(first, states[first.name], now_ms))
             result.demand[first.name] = result.demand.get(first.name, 0) + 1
             continue
         result.demand[chosen.name] = result.demand.get(chosen.name, 0) + 1
@@ -225,6 +228,31 @@ def _idle_to_remove(
             removed.append(view.slice_id)
             removable -= 1
     return removed
+
+
+def capacity_wait_reason(group: ScalingGroup, state: str, now_ms: int) -> str:
+    """Why `group` adds no slice for a job now: when every zone refused (quota or stockout), one
+    line per zone with why, so that the job's own status says where capacity was tried."""
+    if state != "quota-blocked":
+        return _unavailable_reason(group, state, now_ms)
+    lines = [f"{group.name} can add no slice: every zone refused"]
+    lines += [f"  {zone or 'default'}: {why}" for zone, (_, why) in sorted(group.blocked_zones.items())]
+    return "\n".join(lines)
+
+
+def explain_pending(
+    pending_reasons: dict[str, str], demands: list[TaskDemand], job_waits: dict[str, str]
+) -> dict[str, str]:
+    """The scheduler's reason for each pending task, followed by why the autoscaler brings no
+    slice for the task's job (`Plan.job_waits`), if it says so."""
+    if not job_waits:
+        return pending_reasons
+    job_of = {demand.task_id: demand.job_id for demand in demands}
+    explained = {}
+    for task_id, reason in pending_reasons.items():
+        wait = job_waits.get(job_of.get(task_id, ""))
+        explained[task_id] = f"{reason}\n{wait}" if wait else reason
+    return explained
 
 
 def _unavailable_reason(group: ScalingGroup, state: str, now_ms: int) -> str:
@@ -411,7 +439,11 @@ class Autoscaler:
                 # Demand first seen now must wait out scale_up_delay like any other: plan again
                 # with its start recorded.
                 result = plan(groups, views, units, now, self.settings)
+            waits_changed = result.job_waits != self._last_plan.job_waits
             self._last_plan = result
+        if waits_changed:
+            # The pending reasons the scheduler writes carry these: have them rewritten now.
+            self._apply_effects(Effects(wake_scheduler=True))
         for name, count in result.scale_up.items():
             for _ in range(count):
                 if not self._scale_up(self.groups[name], result.reasons.get(name, "demand")):
@@ -420,6 +452,11 @@ class Autoscaler:
             self._terminate(slice_id, f"idle for {self.settings.scale_down_delay_ms / 1000:.0f}s (scale_down_delay)")
         self._save_groups()
         return result
+
+    def job_waits(self) -> dict[str, str]:
+        """The last evaluation's `Plan.job_waits`: why no slice comes for each waiting job."""
+        with self._lock:
+            return dict(self._last_plan.job_waits)
 
     def _save_groups(self) -> None:
         """Persist each group's bookkeeping that changed, so a restarted controller keeps its

@@ -105,7 +105,11 @@ class Controller:
         self.bundles = bundles
         self.settings = settings
         self.core = ControllerCore(
-            store, settings, start_round=self._spawn_heartbeats, wake_scheduler=self.wake_scheduler
+            store,
+            settings,
+            start_round=self._spawn_heartbeats,
+            wake_scheduler=self.wake_scheduler,
+            capacity_waits=self._capacity_waits,
         )
         self.job_watch = JobWatch()
         store.on_job_state_change = self.job_watch.job_changed
@@ -169,6 +173,9 @@ class Controller:
         return task
 
     # ------------------------------------------------------------ events
+
+    def _capacity_waits(self) -> dict[str, str]:
+        return self.autoscaler.job_waits() if self.autoscaler is not None else {}
 
     def wake_scheduler(self) -> None:
         if self._schedule_event is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from iris.cluster.controller.autoscaler import explain_pending
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
@@ -57,14 +58,17 @@ class ControllerCore:
         clock: Clock = now_ms,
         start_round: Callable[[str], None] = lambda worker_id: None,
         wake_scheduler: Callable[[], None] = lambda: None,
+        capacity_waits: Callable[[], dict[str, str]] = dict,
     ):
         """`start_round(worker_id)` is called when a worker's heartbeat round should start;
-        `wake_scheduler()` when a scheduling pass should run soon."""
+        `wake_scheduler()` when a scheduling pass should run soon; `capacity_waits()` says, per
+        job, why the autoscaler brings no capacity for it (added to its tasks' pending reasons)."""
         self.store = store
         self.settings = settings
         self._clock = clock
         self._start_round = start_round
         self._wake_scheduler = wake_scheduler
+        self._capacity_waits = capacity_waits
         self._kill_sets: dict[str, set[AttemptKey]] = {}
         self._inflight: set[str] = set()
         self._again: set[str] = set()
@@ -213,7 +217,8 @@ class ControllerCore:
         demands, workers = self.store.scheduling_inputs(after_row=0 if full or self._tried is None else self._tried[1])
         if demands:
             result = find_assignments(demands, workers)
-            effects.merge(self.store.apply_assignments(result.assignments, result.pending_reasons, now))
+            reasons = explain_pending(result.pending_reasons, demands, self._capacity_waits())
+            effects.merge(self.store.apply_assignments(result.assignments, reasons, now))
         self._tried = mark
         if periodic:
             self._last_full_pass_ms = now

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import httpx
 
-from iris.cluster.platform.base import Labels, Platform, PlatformError, SliceHandle, StandaloneWorkerHandle
+from iris.cluster.platform.base import (
+    Labels,
+    Platform,
+    PlatformError,
+    RestartableInPlace,
+    SliceHandle,
+    StandaloneWorkerHandle,
+)
 from iris.config import state_dir_of
 from iris.rpc import config_pb2
 from iris.time import wait_until
@@ -90,8 +97,6 @@ def start_controller(
     answering: list[str] = []
 
     def up() -> bool:
-        if handle.status().state.value != "RUNNING":
-            raise PlatformError(f"the controller exited during start-up; last log lines:\n{_log_tail(handle)}")
         # A local controller writes its URL into the state directory; one on a host is found by its platform.
         if url_file.exists():
             url = url_file.read_text().strip()
@@ -100,7 +105,12 @@ def start_controller(
             found = platform.discover_controller(config)
         if found:
             answering.append(found)
-        return found is not None
+            return True
+        # Not up yet: a controller that died will never be (checked only now, since on a remote
+        # host asking costs an SSH round trip).
+        if handle.status().state.value != "RUNNING":
+            raise PlatformError(f"the controller exited during start-up; last log lines:\n{_log_tail(handle)}")
+        return False
 
     try:
         wait_until(up, timeout, 0.1, "the controller to answer")
@@ -139,7 +149,19 @@ def stop_controller(platform: Platform, config: config_pb2.IrisClusterConfig) ->
 def reload_controller(
     platform: Platform, config: config_pb2.IrisClusterConfig, progress: Callable[[str], None] = lambda m: None
 ) -> ControllerInfo:
-    """Restart the controller on its state; running jobs and workers carry on."""
+    """Restart the controller on its state; running jobs and workers carry on.
+
+    Where stopping the controller would delete its VM and the state on it (a cloud VM), the
+    process is restarted on the VM it runs on; elsewhere the state directory outlives the
+    process, so stopping and starting it again is the restart."""
+    handle = find_controller(platform, config)
+    if isinstance(handle, RestartableInPlace):
+        progress(f"restarting the controller on {handle.worker_id}, keeping its state")
+        handle.restart_in_place()
+        url = platform.discover_controller(config)
+        if url is None:
+            raise PlatformError(f"the controller on {handle.worker_id} restarted but cannot be found by its label")
+        return ControllerInfo(url, handle)
     stop_controller(platform, config)
     return start_controller(platform, config, progress)
 

@@ -88,6 +88,17 @@ class StandaloneWorkerHandle(RemoteWorkerHandle, Protocol):
     def set_metadata(self, metadata: dict[str, str]) -> None: ...
 
 
+@runtime_checkable
+class RestartableInPlace(Protocol):
+    """A controller VM whose terminate() deletes the machine and with it the controller's state
+    directory (a cloud VM): restarting the controller process on the same VM instead keeps its
+    SQLite state, so running jobs and their history survive a restart."""
+
+    def restart_in_place(self) -> None:
+        """Restart the controller daemon on this VM with the current config; returns once it answers."""
+        ...
+
+
 @dataclass
 class SliceStatus:
     state: CloudSliceState

@@ -10,6 +10,7 @@ accelerator and what to do.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from iris.cluster.platform.base import (
     CommandResult,
@@ -46,6 +48,10 @@ from iris.time import Duration, wait_until
 logger = logging.getLogger(__name__)
 
 GCLOUD = "gcloud"
+# How long one describe/list/label call may take before the API counts as unavailable.
+API_TIMEOUT = Duration.from_seconds(120)
+# What a bootstrap over gcloud ssh may take beyond the daemon's init_timeout (gcloud's own work).
+BOOTSTRAP_SLACK = Duration.from_seconds(60)
 # The TPU API's location wildcard: list the nodes of every zone at once.
 ALL_ZONES = "-"
 # GCE and TPU label values: lowercase letters, digits, '_' and '-', at most 63 characters.
@@ -59,6 +65,12 @@ class ZoneCapacityError(QuotaExhaustedError):
 
 class GcpPermissionError(PlatformError):
     """The account gcloud uses may not do this (or gcloud has no account at all)."""
+
+
+def json_of(result: CommandResult) -> Any:
+    """What a `--format=json` command printed; None when it printed nothing."""
+    text = result.stdout.strip()
+    return json.loads(text) if text else None
 
 
 @dataclass(frozen=True)
