@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iris.cluster.controller.autoscaler import (
+from iris.cluster.controller.autoscaler_plan import (
     MAX_SCALE_UPS_PER_EVALUATION,
     AutoscalerSettings,
     DemandUnit,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from iris.cluster.controller.autoscaler import explain_pending
+from iris.cluster.controller.autoscaler_plan import explain_pending
 from iris.cluster.controller.scheduler import find_assignments
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects, HeartbeatPlan
