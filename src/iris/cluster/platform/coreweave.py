@@ -268,27 +268,17 @@ class CoreweavePlatform:
             )
         self.ensure_rbac()
         if self._config.storage.bundle_prefix.startswith("s3://"):
-            self.kube.apply(res.s3_secret(self.namespace, dict(os.environ)))
+            try:
+                secret = res.s3_secret(self.namespace, dict(os.environ))
+            except ValueError as exc:
+                raise PlatformError(str(exc)) from None
+            self.kube.apply(secret)
         self.kube.apply(res.config_map(self.namespace, self._config_yaml()))
         self.ensure_nodepools()
-        deployment = res.controller_deployment(
-            self.namespace,
-            controller.image,
-            self._controller_port,
-            controller.scale_group,
-            self.label_prefix,
-            self.controller_host,
-            controller.state_dir or DEFAULT_CONTROLLER_STATE_DIR,
-            self._labels.controller,
-        )
-        for key, value in config.labels.items():
-            deployment["metadata"]["labels"][key] = value
+        deployment, service = controller_manifests(self._config)
+        deployment["metadata"]["labels"].update(config.labels)
         applied = self.kube.apply(deployment)
-        self.kube.apply(
-            res.controller_service(
-                self.namespace, controller.service_name or DEFAULT_CONTROLLER_SERVICE_NAME, self._controller_port
-            )
-        )
+        self.kube.apply(service)
         self._wait_for_controller()
         return CoreweaveControllerHandle(self, applied)
 
@@ -581,6 +571,27 @@ class CoreweavePlatform:
     def shutdown(self) -> None:
         """Stop following Pods; the Pods and pools stay for the next controller."""
         self._shutdown.set()
+
+
+def controller_manifests(config: config_pb2.IrisClusterConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The controller Deployment and Service a resolved config asks for (infra/coreweave/k8s holds
+    the same for examples/coreweave.yaml)."""
+    controller = config.controller.coreweave
+    namespace = config.platform.coreweave.namespace or DEFAULT_NAMESPACE
+    label_prefix = config.platform.label_prefix or "iris"
+    port = controller.port or DEFAULT_CONTROLLER_PORT
+    service_name = controller.service_name or DEFAULT_CONTROLLER_SERVICE_NAME
+    deployment = res.controller_deployment(
+        namespace,
+        controller.image,
+        port,
+        controller.scale_group,
+        label_prefix,
+        res.service_dns(service_name, namespace),
+        controller.state_dir or DEFAULT_CONTROLLER_STATE_DIR,
+        Labels(label_prefix).controller,
+    )
+    return deployment, res.controller_service(namespace, service_name, port)
 
 
 def _created_at(metadata: dict[str, Any]) -> Timestamp:
