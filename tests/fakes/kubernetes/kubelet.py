@@ -34,6 +34,7 @@ import docker
 import docker.errors
 
 from fakes.kubernetes.control_plane import NODES, PODS, parse_quantity, record_event
+from fakes.kubernetes.incluster import SERVICE_ACCOUNT_DIR, InCluster, service_hosts
 from fakes.kubernetes.resources import find_resource
 from fakes.kubernetes.store import ApiError, Store, WatchEvent, now_rfc3339
 from fakes.kubernetes.websocket import ConnectionClosed, WebSocket
@@ -187,6 +188,14 @@ class PodWorker:
                     f'MountVolume.SetUp failed for volume "{name}" : volume type not supported by the fake'
                 )
         binds: dict[str, dict[str, str]] = {}
+        in_cluster = self.kubelet.in_cluster
+        if in_cluster is not None and self.pod["spec"].get("automountServiceAccountToken", True):
+            account = self.volume_dir / "serviceaccount"
+            account.mkdir(parents=True, exist_ok=True)
+            for file_name, content in in_cluster.service_account_files(self.namespace).items():
+                (account / file_name).write_bytes(content)
+            for record in self.init_records + self.records:
+                binds.setdefault(record.name, {})[SERVICE_ACCOUNT_DIR] = f"{account}:ro"
         for record in self.init_records + self.records:
             for mount in record.spec.get("volumeMounts") or []:
                 source = paths[mount["name"]]
@@ -435,6 +444,11 @@ class PodWorker:
                 for target, source in self.binds.get(record.name, {}).items()
             ],
         }
+        in_cluster = self.kubelet.in_cluster
+        if in_cluster is not None:
+            env = {**in_cluster.env(), **env}
+            services, _ = self.kubelet.store.list(_resource("services"))
+            host_config["extra_hosts"] = service_hosts(services)
         if limits.get("memory"):
             memory = int(parse_quantity(limits["memory"]))
             host_config["mem_limit"] = memory
@@ -755,6 +769,8 @@ class Kubelet:
         self.crash_backoff_max_seconds = crash_backoff_max_seconds
         self.image_backoff_seconds = image_backoff_seconds
         self.mount_retry_seconds = mount_retry_seconds
+        # Set by FakeKubernetes(in_cluster=True): Pods get ServiceAccount credentials and cluster DNS.
+        self.in_cluster: InCluster | None = None
         # image -> the pull error to report for it even when the engine has it (failure injection).
         self.unpullable_images: dict[str, str] = {}
         self.stopping = threading.Event()

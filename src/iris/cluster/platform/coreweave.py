@@ -590,6 +590,8 @@ def controller_manifests(config: config_pb2.IrisClusterConfig) -> tuple[dict[str
         res.service_dns(service_name, namespace),
         controller.state_dir or DEFAULT_CONTROLLER_STATE_DIR,
         Labels(label_prefix).controller,
+        s3=config.storage.bundle_prefix.startswith("s3://"),
+        object_storage_endpoint=config.platform.coreweave.object_storage_endpoint,
     )
     return deployment, res.controller_service(namespace, service_name, port)
 

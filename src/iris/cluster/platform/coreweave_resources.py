@@ -172,7 +172,11 @@ def controller_deployment(
     advertise_host: str,
     state_dir: str,
     controller_label: str,
+    s3: bool = False,
+    object_storage_endpoint: str = "",
 ) -> dict[str, Any]:
+    """The controller: one replica on its scale group's pool, reading the config from the
+    ConfigMap, with its state on the node's disk and the object storage credentials for bundles."""
     labels = {"app": CONTROLLER_NAME, controller_label: "true"}
     return {
         "apiVersion": "apps/v1",
@@ -206,6 +210,7 @@ def controller_deployment(
                                 "--state-dir",
                                 state_dir,
                             ],
+                            "env": storage_env(s3, object_storage_endpoint),
                             "ports": [{"name": "http", "containerPort": port}],
                             "resources": {"requests": dict(CONTROLLER_RESOURCES), "limits": dict(CONTROLLER_RESOURCES)},
                             "readinessProbe": {
@@ -289,11 +294,19 @@ def worker_env(spec: WorkerPodSpec) -> list[dict[str, Any]]:
         plain["IRIS_INFINIBAND"] = "true"
     if spec.s3_secret:
         plain["IRIS_S3_SECRET_NAME"] = S3_SECRET_NAME
-    if spec.object_storage_endpoint:
-        plain["AWS_ENDPOINT_URL"] = spec.object_storage_endpoint
-        plain["FSSPEC_S3"] = fsspec_s3(spec.object_storage_endpoint)
     env += [{"name": name, "value": value} for name, value in plain.items()]
-    if spec.s3_secret:
+    return env + storage_env(spec.s3_secret, spec.object_storage_endpoint)
+
+
+def storage_env(s3: bool, endpoint: str) -> list[dict[str, Any]]:
+    """The object storage endpoint and, for s3:// storage, the credentials from the Secret."""
+    env: list[dict[str, Any]] = []
+    if endpoint:
+        env += [
+            {"name": "AWS_ENDPOINT_URL", "value": endpoint},
+            {"name": "FSSPEC_S3", "value": fsspec_s3(endpoint)},
+        ]
+    if s3:
         env += [
             {"name": key, "valueFrom": {"secretKeyRef": {"name": S3_SECRET_NAME, "key": key}}}
             for key in S3_SECRET_KEYS
