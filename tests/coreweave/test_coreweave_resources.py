@@ -106,7 +106,7 @@ def test_worker_pod_is_light_on_host_network_with_the_section_10_env() -> None:
         name="iris-worker-s1", namespace="iris", labels={"iris-slice-id": "s1"},
         node_selector={"iris-scale-group": "h100"}, image="worker:1", port=10001,
         cache_dir="/mnt/local/iris-cache", controller_address="http://c:10000", worker_id="s1-0",
-        slice_id="s1", gpu_spec="H100x8", infiniband=True, s3_secret=True,
+        slice_id="s1", task_image="task:1", offer_flags=("--gpu", "H100x8"), infiniband=True, s3_secret=True,
         object_storage_endpoint="https://cwobject.com", env={},
     )
 
@@ -115,7 +115,10 @@ def test_worker_pod_is_light_on_host_network_with_the_section_10_env() -> None:
     container = pod["spec"]["containers"][0]
     assert pod["spec"]["hostNetwork"] and pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert "resources" not in container  # task Pods claim the GPUs and RDMA
-    assert container["command"][container["command"].index("--runtime") + 1] == "kubernetes"
+    command = container["command"]
+    assert command[command.index("--runtime") + 1] == "kubernetes"
+    assert command[command.index("--gpu") + 1] == "H100x8"
+    assert command[command.index("--advertise-host") + 1] == "$(IRIS_POD_IP)"
     assert {"name": "cache", "hostPath": {"path": "/mnt/local/iris-cache", "type": "DirectoryOrCreate"}} in pod["spec"]["volumes"]
     env = {e["name"]: e for e in container["env"]}
     assert env["IRIS_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakes.kubernetes.resources import find_resource
+from fakes.kubernetes.resources import RESOURCES, find_resource
 from fakes.kubernetes.selectors import match_node_selector
 from fakes.kubernetes.store import ApiError, Store, WatchEvent, now_rfc3339
 
@@ -191,12 +191,22 @@ class ControlPlane:
 
     def _namespaces(self) -> None:
         namespaces, _ = self.store.list(NAMESPACES)
+        live = set()
         for namespace in namespaces:
             name = namespace["metadata"]["name"]
             if namespace["metadata"].get("deletionTimestamp"):
                 continue
+            live.add(name)
             if self.store.find(SERVICE_ACCOUNTS, name, "default") is None:
                 self.store.create(SERVICE_ACCOUNTS, name, {"metadata": {"name": "default"}})
+        # A deleted namespace's contents go with it, as the namespace controller empties it.
+        for resource in RESOURCES:
+            if not resource.namespaced or "delete" not in resource.verbs:
+                continue
+            for obj in self.store.list(resource)[0]:
+                metadata = obj["metadata"]
+                if metadata.get("namespace") not in live and not metadata.get("deletionTimestamp"):
+                    self.store.delete(resource, metadata["namespace"], metadata["name"])
 
     # -- deployments ----------------------------------------------------------------------------
 

@@ -459,8 +459,9 @@ class PodWorker:
         container = api.create_container(
             image=spec["image"],
             name=f"k8s_{record.name}_{self.name}_{self.namespace}_{self.uid[:8]}_{record.restart_count}",
-            entrypoint=spec.get("command"),
-            command=spec.get("args"),
+            # $(VAR) in command and args expands from the container's env, as the real kubelet does.
+            entrypoint=[_expand(part, env) for part in spec["command"]] if spec.get("command") else None,
+            command=[_expand(part, env) for part in spec["args"]] if spec.get("args") else None,
             environment=env,
             working_dir=spec.get("workingDir"),
             stdin_open=bool(spec.get("stdin")),

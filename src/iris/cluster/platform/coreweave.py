@@ -37,7 +37,8 @@ from iris.cluster.platform.base import (
     SliceStatus,
     WorkerStatus,
 )
-from iris.cluster.platform.coreweave_kube import Kube, KubeError
+from iris.cluster.platform.bootstrap import worker_env, worker_offer_flags
+from iris.cluster.platform.coreweave_kube import Kube
 from iris.cluster.types import AttributeValue
 from iris.config import DEFAULT_CONTROLLER_PORT, DEFAULT_WORKER_PORT, config_to_dict
 from iris.rpc import config_pb2
@@ -432,11 +433,17 @@ class CoreweavePlatform:
         self, record: _SliceRecord, config: config_pb2.SliceConfig, bootstrap: config_pb2.BootstrapConfig
     ) -> res.WorkerPodSpec:
         template = config.coreweave
+        group = self._config.scale_groups.get(record.scale_group)
+        resources = group.resources if group is not None else config_pb2.ScaleGroupResources()
         gpu_class = template.gpu_class or config.accelerator_variant
-        count = template.gpus_per_node
-        env = dict(bootstrap.env_vars)
-        if bootstrap.worker_token:
-            env["IRIS_WORKER_TOKEN"] = bootstrap.worker_token
+        gpus = resources.gpu_count or template.gpus_per_node
+        offer = worker_offer_flags(
+            {"scale-group": record.scale_group},
+            float(resources.cpu) if resources.cpu else None,
+            resources.ram or None,
+            gpu_spec=f"{gpu_class}x{gpus}" if gpu_class and gpus else "",
+        )
+        env = worker_env(bootstrap)
         return res.WorkerPodSpec(
             name=record.pod_name,
             namespace=self.namespace,
@@ -448,7 +455,8 @@ class CoreweavePlatform:
             controller_address=bootstrap.controller_address or f"http://{self.controller_host}:{self._controller_port}",
             worker_id=f"{record.slice_id}-0",
             slice_id=record.slice_id,
-            gpu_spec=f"{gpu_class}x{count}" if gpu_class and count else "",
+            task_image=bootstrap.task_image,
+            offer_flags=tuple(offer),
             infiniband=template.infiniband,
             s3_secret=self._config.storage.bundle_prefix.startswith("s3://"),
             object_storage_endpoint=self._config.platform.coreweave.object_storage_endpoint,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -64,11 +65,10 @@ class Kube:
             ) from exc
         configuration = client.Configuration()
         try:
-            try:
+            if os.environ.get("KUBERNETES_SERVICE_HOST"):
+                # Inside the cluster (the controller's Pod): its ServiceAccount, whatever the config names.
                 config.load_incluster_config(client_configuration=configuration)
-                if kubeconfig:
-                    raise config.ConfigException("a kubeconfig was named")
-            except config.ConfigException:
+            else:
                 config.load_kube_config(config_file=kubeconfig or None, client_configuration=configuration)
         except (config.ConfigException, OSError, TypeError) as exc:
             raise PlatformError(

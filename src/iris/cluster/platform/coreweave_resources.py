@@ -30,6 +30,7 @@ CRASH_LOG_LINES = 30
 MOUNT_FAILURE_COUNT = 3
 IMAGE_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 CONFIG_FAILURES = frozenset({"CreateContainerConfigError"})
+POD_IP_ENV = "IRIS_POD_IP"
 MOUNT_FAILURES = frozenset({"FailedMount", "FailedAttachVolume"})
 
 # seed 001 section 5, exactly: the controller and the workers act through this role.
@@ -263,7 +264,9 @@ class WorkerPodSpec:
     controller_address: str
     worker_id: str
     slice_id: str
-    gpu_spec: str
+    task_image: str
+    # What the worker offers beyond what it probes (scale group, cpu, memory, GPUs): worker.main flags.
+    offer_flags: tuple[str, ...]
     infiniband: bool
     s3_secret: bool
     object_storage_endpoint: str
@@ -287,7 +290,8 @@ def worker_env(spec: WorkerPodSpec) -> list[dict[str, Any]]:
     """seed 001 section 10: downward API values, the ServiceAccount and Secret names the worker's
     KubernetesRuntime passes on to task Pods, and the S3 settings."""
     env: list[dict[str, Any]] = [
-        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in DOWNWARD_ENV.items()
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for name, path in {**DOWNWARD_ENV, POD_IP_ENV: "status.podIP"}.items()
     ]
     plain = {"IRIS_SERVICE_ACCOUNT_NAME": SERVICE_ACCOUNT, **spec.env}
     if spec.infiniband:
@@ -336,9 +340,15 @@ def worker_pod(spec: WorkerPodSpec) -> dict[str, Any]:
         spec.worker_id,
         "--slice-id",
         spec.slice_id,
+        "--host",
+        "0.0.0.0",
+        # On the host network the Pod's IP is its node's: the address the controller dials.
+        "--advertise-host",
+        f"$({POD_IP_ENV})",
+        *spec.offer_flags,
     ]
-    if spec.gpu_spec:
-        command += ["--gpu", spec.gpu_spec]
+    if spec.task_image:
+        command += ["--task-image", spec.task_image]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
