@@ -28,7 +28,14 @@ def docker_engine() -> Iterator[DockerEngine]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the CoreWeave tests need the docker engine: {exc}")
         pytest.skip(f"docker engine: {exc}")
+    # `iris build`, which the image fixtures run, finds the engine through DOCKER_HOST.
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = engine.url
     yield engine
+    if previous is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = previous
     engine.daemon.stop()
 
 

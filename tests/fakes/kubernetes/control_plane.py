@@ -159,6 +159,7 @@ class ControlPlane:
         # NodePool name -> message: the pool cannot get nodes (capacity or quota trouble).
         self.provisioning_failures: dict[str, str] = {}
         self._pools: dict[str, _PoolState] = {}
+        self._node_count = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-kubernetes-control-plane", daemon=True)
@@ -389,6 +390,11 @@ class ControlPlane:
         name = f"{pool['metadata']['name']}-{uuid.uuid4().hex[:6]}"
         node["metadata"]["name"] = name
         node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        # Each provisioned node has an address of its own on loopback, so host-network Pods on
+        # different nodes can listen on the same port, as on separate machines.
+        self._node_count += 1
+        address = f"127.0.{1 + self._node_count // 250}.{2 + self._node_count % 250}"
+        node["status"]["addresses"] = [{"type": "InternalIP", "address": address}]
         add_node(self.store, node)
 
     def _pool_status(self, pool: dict[str, Any], wanted: int, current: int, failure: str | None) -> None:
@@ -483,10 +489,8 @@ def add_node(store: Store, node: dict[str, Any]) -> dict[str, Any]:
             "lastTransitionTime": now,
         },
     ]
-    status["addresses"] = [
-        {"type": "InternalIP", "address": "127.0.0.1"},
-        {"type": "Hostname", "address": node["metadata"]["name"]},
-    ]
+    status.setdefault("addresses", [{"type": "InternalIP", "address": "127.0.0.1"}])
+    status["addresses"].append({"type": "Hostname", "address": node["metadata"]["name"]})
     status["nodeInfo"] = {
         "kubeletVersion": "v1.32.4",
         "containerRuntimeVersion": "docker://fake",

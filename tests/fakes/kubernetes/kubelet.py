@@ -108,6 +108,8 @@ class PodWorker:
         self.init_records = [ContainerRecord(c["name"], c, True) for c in spec.get("initContainers") or []]
         self.records = [ContainerRecord(c["name"], c, False) for c in spec.get("containers") or []]
         self.volume_dir = kubelet.state_dir / "pods" / self.uid
+        # Every Pod shares its node's network: its IP is the node's address.
+        self.host_ip = _node_address(kubelet.store.find(NODES, "", spec.get("nodeName", "")))
         self.binds: dict[str, dict[str, str]] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -342,12 +344,12 @@ class PodWorker:
         try:
             if "httpGet" in probe:
                 action = probe["httpGet"]
-                url = f"http://127.0.0.1:{action['port']}{action.get('path', '/')}"
+                url = f"http://{self.host_ip}:{action['port']}{action.get('path', '/')}"
                 with urllib.request.urlopen(url, timeout=timeout) as response:
                     return 200 <= response.status < 400
             if "tcpSocket" in probe:
                 with socket.create_connection(
-                    ("127.0.0.1", int(probe["tcpSocket"]["port"])), timeout=timeout
+                    (self.host_ip, int(probe["tcpSocket"]["port"])), timeout=timeout
                 ):
                     return True
             if "exec" in probe and record.current_id:
@@ -547,8 +549,8 @@ class PodWorker:
             "metadata.uid": metadata["uid"],
             "spec.nodeName": spec.get("nodeName", ""),
             "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-            "status.hostIP": "127.0.0.1",
-            "status.podIP": "127.0.0.1",
+            "status.hostIP": self.host_ip,
+            "status.podIP": self.host_ip,
         }
         if path in values:
             return values[path]
@@ -652,9 +654,9 @@ class PodWorker:
                 return entry
 
             status["phase"] = phase
-            status["hostIP"] = "127.0.0.1"
-            status["podIP"] = "127.0.0.1"
-            status["podIPs"] = [{"ip": "127.0.0.1"}]
+            status["hostIP"] = self.host_ip
+            status["podIP"] = self.host_ip
+            status["podIPs"] = [{"ip": self.host_ip}]
             status.setdefault("startTime", now)
             status["conditions"] = [
                 condition("Initialized", initialized),
@@ -736,6 +738,11 @@ class PodWorker:
 
 class _PodGone(Exception):
     """The Pod was force-deleted or the kubelet is stopping."""
+
+
+def _node_address(node: dict[str, Any] | None) -> str:
+    addresses = ((node or {}).get("status") or {}).get("addresses") or []
+    return next((a["address"] for a in addresses if a.get("type") == "InternalIP"), "127.0.0.1")
 
 
 def _expand(value: str, env: dict[str, str]) -> str:

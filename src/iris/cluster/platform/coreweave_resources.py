@@ -340,9 +340,9 @@ def worker_pod(spec: WorkerPodSpec) -> dict[str, Any]:
         spec.worker_id,
         "--slice-id",
         spec.slice_id,
-        "--host",
-        "0.0.0.0",
         # On the host network the Pod's IP is its node's: the address the controller dials.
+        "--host",
+        f"$({POD_IP_ENV})",
         "--advertise-host",
         f"$({POD_IP_ENV})",
         *spec.offer_flags,
