@@ -160,19 +160,24 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
 
         # A GPU job: its pool grows from zero, a worker Pod comes up, the task runs in its own Pod.
         assert pools["iris-h100-8x"].get("status", {}).get("currentNodes", 0) == 0
-        ran = _iris(
-            cks, "--config", config, "run", "--gpu", "H100x2", "--workspace", str(workspace), "--",
-            "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME",
+        env = {**cks.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
+        running = subprocess.Popen(
+            [str(IRIS), "--config", config, "run", "--gpu", "H100x2", "--workspace", str(workspace), "--",
+             "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME; sleep 4"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
-        assert ran.returncode == 0, ran.stdout + ran.stderr
-        assert "gpu-task-ran-on-iris-" in ran.stdout
-        task_pods = [
-            p for p in _get(cks, "pods", "-l", "iris.managed=true")
-            if any("nvidia.com/gpu" in (c.get("resources") or {}).get("limits", {}) for c in p["spec"]["containers"])
-        ]
-        assert task_pods, "no task Pod claimed GPUs"
-        task = task_pods[0]
-        limits = next(c for c in task["spec"]["containers"] if "nvidia.com/gpu" in c["resources"].get("limits", {}))["resources"]["limits"]
+
+        def gpu_task_pod() -> dict[str, Any] | None:
+            pods = _get(cks, "pods", "-l", "iris.managed=true,iris.role=main")
+            return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+        task = wait_until(gpu_task_pod, 240, 0.2, "the GPU task Pod to run")
+        out, err = running.communicate(timeout=120)
+        assert running.returncode == 0, out + err
+        assert f"gpu-task-ran-on-{task['metadata']['name']}" in out
+        limits: dict[str, str] = {}
+        for container in task["spec"]["containers"]:
+            limits.update((container.get("resources") or {}).get("limits") or {})
         assert limits["nvidia.com/gpu"] == "2" and limits["rdma/ib"] == "1"
         assert task["spec"]["hostNetwork"] is True
         assert any(t.get("key") == "nvidia.com/gpu" for t in task["spec"]["tolerations"])
