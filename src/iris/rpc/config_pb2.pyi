@@ -34,16 +34,24 @@ class LocalPlatformConfig(_message.Message):
     def __init__(self) -> None: ...
 
 class CoreweavePlatformConfig(_message.Message):
-    __slots__ = ("region", "namespace", "kubeconfig_path", "object_storage_endpoint")
+    __slots__ = ("region", "namespace", "kubeconfig_path", "object_storage_endpoint", "pod_ready_timeout", "deployment_ready_timeout", "api_timeout", "mount_failure_grace")
     REGION_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KUBECONFIG_PATH_FIELD_NUMBER: _ClassVar[int]
     OBJECT_STORAGE_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    POD_READY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENT_READY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    API_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MOUNT_FAILURE_GRACE_FIELD_NUMBER: _ClassVar[int]
     region: str
     namespace: str
     kubeconfig_path: str
     object_storage_endpoint: str
-    def __init__(self, region: _Optional[str] = ..., namespace: _Optional[str] = ..., kubeconfig_path: _Optional[str] = ..., object_storage_endpoint: _Optional[str] = ...) -> None: ...
+    pod_ready_timeout: _time_pb2.Duration
+    deployment_ready_timeout: _time_pb2.Duration
+    api_timeout: _time_pb2.Duration
+    mount_failure_grace: _time_pb2.Duration
+    def __init__(self, region: _Optional[str] = ..., namespace: _Optional[str] = ..., kubeconfig_path: _Optional[str] = ..., object_storage_endpoint: _Optional[str] = ..., pod_ready_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., deployment_ready_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., api_timeout: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ..., mount_failure_grace: _Optional[_Union[_time_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PlatformConfig(_message.Message):
     __slots__ = ("label_prefix", "gcp", "manual", "local", "coreweave")
@@ -185,16 +193,18 @@ class LocalControllerConfig(_message.Message):
     def __init__(self, port: _Optional[int] = ..., state_dir: _Optional[str] = ...) -> None: ...
 
 class CoreweaveControllerConfig(_message.Message):
-    __slots__ = ("port", "service_name", "scale_group", "image")
+    __slots__ = ("port", "service_name", "scale_group", "image", "state_dir")
     PORT_FIELD_NUMBER: _ClassVar[int]
     SERVICE_NAME_FIELD_NUMBER: _ClassVar[int]
     SCALE_GROUP_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIR_FIELD_NUMBER: _ClassVar[int]
     port: int
     service_name: str
     scale_group: str
     image: str
-    def __init__(self, port: _Optional[int] = ..., service_name: _Optional[str] = ..., scale_group: _Optional[str] = ..., image: _Optional[str] = ...) -> None: ...
+    state_dir: str
+    def __init__(self, port: _Optional[int] = ..., service_name: _Optional[str] = ..., scale_group: _Optional[str] = ..., image: _Optional[str] = ..., state_dir: _Optional[str] = ...) -> None: ...
 
 class ControllerVmConfig(_message.Message):
     __slots__ = ("gcp", "manual", "local", "coreweave")

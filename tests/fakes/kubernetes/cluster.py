@@ -25,6 +25,7 @@ import yaml
 
 from fakes.kubernetes.api import Cluster, make_server, serve_in_thread
 from fakes.kubernetes.control_plane import NAMESPACES, ControlPlane, add_node
+from fakes.kubernetes.incluster import InCluster, make_tls_server, server_tls_context
 from fakes.kubernetes.kubelet import Kubelet
 from fakes.kubernetes.store import Store
 
@@ -54,7 +55,10 @@ class FakeKubernetes:
         state_dir: Path,
         docker_url: str | None = None,
         provisioning_delay: float = 0.0,
+        in_cluster: bool = False,
     ) -> None:
+        """`in_cluster`: also serve HTTPS and give Pods in-cluster credentials and cluster DNS
+        (fakes.kubernetes.incluster), so daemons in Pods reach the API as on a real cluster."""
         self.state_dir = state_dir
         self.cluster_id = uuid.uuid4().hex[:10]
         self.store = Store()
@@ -62,7 +66,14 @@ class FakeKubernetes:
         self.kubelet: Kubelet | None = None
         if docker_url:
             self.kubelet = Kubelet(self.store, docker_url, state_dir / "kubelet", self.cluster_id)
-        self._server = make_server(Cluster(self.store, self.kubelet or _NoKubelet()))  # type: ignore[arg-type]
+        cluster = Cluster(self.store, self.kubelet or _NoKubelet())  # type: ignore[arg-type]
+        self._server = make_server(cluster)
+        self._tls_server = None
+        if in_cluster:
+            context, ca_pem = server_tls_context(state_dir / "pki")
+            self._tls_server = make_tls_server(cluster, context)
+            if self.kubelet is not None:
+                self.kubelet.in_cluster = InCluster("127.0.0.1", self._tls_server.server_address[1], ca_pem)
         host, port = self._server.server_address[:2]
         self.url = f"http://{host}:{port}"
         self.kubeconfig = state_dir / "kubeconfig"
@@ -78,14 +89,18 @@ class FakeKubernetes:
             self.store.create(NAMESPACES, "", {"metadata": {"name": name}})
         self._write_kubeconfig()
         serve_in_thread(self._server)
+        if self._tls_server is not None:
+            serve_in_thread(self._tls_server)
         self.control_plane.start()
         if self.kubelet is not None:
             self.kubelet.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
         self.control_plane.stop()
         if self.kubelet is not None:
             self.kubelet.stop()

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakes.kubernetes.resources import find_resource
+from fakes.kubernetes.resources import RESOURCES, find_resource
 from fakes.kubernetes.selectors import match_node_selector
 from fakes.kubernetes.store import ApiError, Store, WatchEvent, now_rfc3339
 
@@ -159,6 +159,7 @@ class ControlPlane:
         # NodePool name -> message: the pool cannot get nodes (capacity or quota trouble).
         self.provisioning_failures: dict[str, str] = {}
         self._pools: dict[str, _PoolState] = {}
+        self._node_count = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-kubernetes-control-plane", daemon=True)
@@ -191,12 +192,22 @@ class ControlPlane:
 
     def _namespaces(self) -> None:
         namespaces, _ = self.store.list(NAMESPACES)
+        live = set()
         for namespace in namespaces:
             name = namespace["metadata"]["name"]
             if namespace["metadata"].get("deletionTimestamp"):
                 continue
+            live.add(name)
             if self.store.find(SERVICE_ACCOUNTS, name, "default") is None:
                 self.store.create(SERVICE_ACCOUNTS, name, {"metadata": {"name": "default"}})
+        # A deleted namespace's contents go with it, as the namespace controller empties it.
+        for resource in RESOURCES:
+            if not resource.namespaced or "delete" not in resource.verbs:
+                continue
+            for obj in self.store.list(resource)[0]:
+                metadata = obj["metadata"]
+                if metadata.get("namespace") not in live and not metadata.get("deletionTimestamp"):
+                    self.store.delete(resource, metadata["namespace"], metadata["name"])
 
     # -- deployments ----------------------------------------------------------------------------
 
@@ -379,6 +390,11 @@ class ControlPlane:
         name = f"{pool['metadata']['name']}-{uuid.uuid4().hex[:6]}"
         node["metadata"]["name"] = name
         node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        # Each provisioned node has an address of its own on loopback, so host-network Pods on
+        # different nodes can listen on the same port, as on separate machines.
+        self._node_count += 1
+        address = f"127.0.{1 + self._node_count // 250}.{2 + self._node_count % 250}"
+        node["status"]["addresses"] = [{"type": "InternalIP", "address": address}]
         add_node(self.store, node)
 
     def _pool_status(self, pool: dict[str, Any], wanted: int, current: int, failure: str | None) -> None:
@@ -473,10 +489,8 @@ def add_node(store: Store, node: dict[str, Any]) -> dict[str, Any]:
             "lastTransitionTime": now,
         },
     ]
-    status["addresses"] = [
-        {"type": "InternalIP", "address": "127.0.0.1"},
-        {"type": "Hostname", "address": node["metadata"]["name"]},
-    ]
+    status.setdefault("addresses", [{"type": "InternalIP", "address": "127.0.0.1"}])
+    status["addresses"].append({"type": "Hostname", "address": node["metadata"]["name"]})
     status["nodeInfo"] = {
         "kubeletVersion": "v1.32.4",
         "containerRuntimeVersion": "docker://fake",

@@ -34,6 +34,7 @@ import docker
 import docker.errors
 
 from fakes.kubernetes.control_plane import NODES, PODS, parse_quantity, record_event
+from fakes.kubernetes.incluster import SERVICE_ACCOUNT_DIR, InCluster, service_hosts
 from fakes.kubernetes.resources import find_resource
 from fakes.kubernetes.store import ApiError, Store, WatchEvent, now_rfc3339
 from fakes.kubernetes.websocket import ConnectionClosed, WebSocket
@@ -107,6 +108,8 @@ class PodWorker:
         self.init_records = [ContainerRecord(c["name"], c, True) for c in spec.get("initContainers") or []]
         self.records = [ContainerRecord(c["name"], c, False) for c in spec.get("containers") or []]
         self.volume_dir = kubelet.state_dir / "pods" / self.uid
+        # Every Pod shares its node's network: its IP is the node's address.
+        self.host_ip = _node_address(kubelet.store.find(NODES, "", spec.get("nodeName", "")))
         self.binds: dict[str, dict[str, str]] = {}
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -187,6 +190,14 @@ class PodWorker:
                     f'MountVolume.SetUp failed for volume "{name}" : volume type not supported by the fake'
                 )
         binds: dict[str, dict[str, str]] = {}
+        in_cluster = self.kubelet.in_cluster
+        if in_cluster is not None and self.pod["spec"].get("automountServiceAccountToken", True):
+            account = self.volume_dir / "serviceaccount"
+            account.mkdir(parents=True, exist_ok=True)
+            for file_name, content in in_cluster.service_account_files(self.namespace).items():
+                (account / file_name).write_bytes(content)
+            for record in self.init_records + self.records:
+                binds.setdefault(record.name, {})[SERVICE_ACCOUNT_DIR] = f"{account}:ro"
         for record in self.init_records + self.records:
             for mount in record.spec.get("volumeMounts") or []:
                 source = paths[mount["name"]]
@@ -333,12 +344,12 @@ class PodWorker:
         try:
             if "httpGet" in probe:
                 action = probe["httpGet"]
-                url = f"http://127.0.0.1:{action['port']}{action.get('path', '/')}"
+                url = f"http://{self.host_ip}:{action['port']}{action.get('path', '/')}"
                 with urllib.request.urlopen(url, timeout=timeout) as response:
                     return 200 <= response.status < 400
             if "tcpSocket" in probe:
                 with socket.create_connection(
-                    ("127.0.0.1", int(probe["tcpSocket"]["port"])), timeout=timeout
+                    (self.host_ip, int(probe["tcpSocket"]["port"])), timeout=timeout
                 ):
                     return True
             if "exec" in probe and record.current_id:
@@ -435,6 +446,11 @@ class PodWorker:
                 for target, source in self.binds.get(record.name, {}).items()
             ],
         }
+        in_cluster = self.kubelet.in_cluster
+        if in_cluster is not None:
+            env = {**in_cluster.env(), **env}
+            services, _ = self.kubelet.store.list(_resource("services"))
+            host_config["extra_hosts"] = service_hosts(services)
         if limits.get("memory"):
             memory = int(parse_quantity(limits["memory"]))
             host_config["mem_limit"] = memory
@@ -445,8 +461,9 @@ class PodWorker:
         container = api.create_container(
             image=spec["image"],
             name=f"k8s_{record.name}_{self.name}_{self.namespace}_{self.uid[:8]}_{record.restart_count}",
-            entrypoint=spec.get("command"),
-            command=spec.get("args"),
+            # $(VAR) in command and args expands from the container's env, as the real kubelet does.
+            entrypoint=[_expand(part, env) for part in spec["command"]] if spec.get("command") else None,
+            command=[_expand(part, env) for part in spec["args"]] if spec.get("args") else None,
             environment=env,
             working_dir=spec.get("workingDir"),
             stdin_open=bool(spec.get("stdin")),
@@ -532,8 +549,8 @@ class PodWorker:
             "metadata.uid": metadata["uid"],
             "spec.nodeName": spec.get("nodeName", ""),
             "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-            "status.hostIP": "127.0.0.1",
-            "status.podIP": "127.0.0.1",
+            "status.hostIP": self.host_ip,
+            "status.podIP": self.host_ip,
         }
         if path in values:
             return values[path]
@@ -637,9 +654,9 @@ class PodWorker:
                 return entry
 
             status["phase"] = phase
-            status["hostIP"] = "127.0.0.1"
-            status["podIP"] = "127.0.0.1"
-            status["podIPs"] = [{"ip": "127.0.0.1"}]
+            status["hostIP"] = self.host_ip
+            status["podIP"] = self.host_ip
+            status["podIPs"] = [{"ip": self.host_ip}]
             status.setdefault("startTime", now)
             status["conditions"] = [
                 condition("Initialized", initialized),
@@ -723,6 +740,11 @@ class _PodGone(Exception):
     """The Pod was force-deleted or the kubelet is stopping."""
 
 
+def _node_address(node: dict[str, Any] | None) -> str:
+    addresses = ((node or {}).get("status") or {}).get("addresses") or []
+    return next((a["address"] for a in addresses if a.get("type") == "InternalIP"), "127.0.0.1")
+
+
 def _expand(value: str, env: dict[str, str]) -> str:
     for name, replacement in env.items():
         value = value.replace(f"$({name})", replacement)
@@ -755,6 +777,8 @@ class Kubelet:
         self.crash_backoff_max_seconds = crash_backoff_max_seconds
         self.image_backoff_seconds = image_backoff_seconds
         self.mount_retry_seconds = mount_retry_seconds
+        # Set by FakeKubernetes(in_cluster=True): Pods get ServiceAccount credentials and cluster DNS.
+        self.in_cluster: InCluster | None = None
         # image -> the pull error to report for it even when the engine has it (failure injection).
         self.unpullable_images: dict[str, str] = {}
         self.stopping = threading.Event()

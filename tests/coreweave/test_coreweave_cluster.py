@@ -1,0 +1,219 @@
+"""examples/coreweave.yaml end to end on the fake CKS cluster, driven as an operator drives a real
+one: `iris cluster start` with the real `kubectl` and `kubernetes` client, the controller running
+from its image in a Deployment Pod, a GPU job scaling its NodePool from zero into a task Pod,
+the controller Pod deleted mid-job, and `iris cluster stop`.
+
+Only what cannot be the same here is overridden: the kubeconfig, the object storage endpoint and
+bucket (a moto server), the images (built from the Dockerfiles on the test base image), free
+ports instead of 10000/10001 (Pods share this machine's network) and host directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from engines import DockerEngine, build_test_image
+from fakes.kubernetes.cluster import FakeKubernetes
+
+from iris.time import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+IRIS = Path(sys.executable).parent / "iris"
+BUCKET = "iris-coreweave-e2e"
+NAMESPACED = ("serviceaccount/iris-controller", "secret/iris-s3-credentials", "configmap/iris-cluster-config",
+              "deployment/iris-controller", "service/iris-controller-svc")
+CLUSTER_WIDE = ("namespace/iris", "clusterrole/iris-controller", "clusterrolebinding/iris-controller")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def object_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto S3 server on loopback with the cluster's bucket; yields its endpoint."""
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        def answers() -> bool:
+            try:
+                return httpx.get(endpoint, timeout=1).status_code < 500
+            except httpx.TransportError:
+                return False
+
+        wait_until(answers, 30, 0.1, "moto to answer")
+        httpx.put(
+            f"{endpoint}/{BUCKET}",
+            content="<CreateBucketConfiguration><LocationConstraint>us-west-2</LocationConstraint></CreateBucketConfiguration>",
+            timeout=10,
+        ).raise_for_status()
+        yield endpoint
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def images(docker_engine: DockerEngine) -> dict[str, str]:
+    base = docker_engine.base_image
+    return {
+        "controller": build_test_image(
+            "controller-image", base, "iris-test-controller-coreweave:latest",
+            "--dockerfile", str(REPO / "Dockerfile.controller.coreweave"),
+        ),
+        "worker": build_test_image("worker-image", base, "iris-test-worker:latest"),
+        "task": build_test_image("task-image", base, "iris-test-task:latest"),
+    }
+
+
+@pytest.fixture(scope="module")
+def cks(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubernetes]:
+    with FakeKubernetes(tmp_path_factory.mktemp("cks"), docker_url=docker_engine.url, in_cluster=True) as cluster:
+        yield cluster
+
+
+def _config_file(directory: Path, cluster: FakeKubernetes, endpoint: str, images: dict[str, str]) -> Path:
+    config = yaml.safe_load((REPO / "examples" / "coreweave.yaml").read_text())
+    config["platform"]["coreweave"]["kubeconfig_path"] = str(cluster.kubeconfig)
+    config["platform"]["coreweave"]["object_storage_endpoint"] = endpoint
+    config["storage"]["bundle_prefix"] = f"s3://{BUCKET}/bundles"
+    controller = config["controller"]["coreweave"]
+    controller["port"] = _free_port()
+    controller["image"] = images["controller"]
+    controller["state_dir"] = str(directory / "controller-state")
+    bootstrap = config["defaults"]["bootstrap"]
+    bootstrap.update(
+        docker_image=images["worker"], task_image=images["task"], worker_port=_free_port(),
+        cache_dir=str(directory / "nvme" / "iris-cache"),
+    )
+    config["defaults"]["autoscaler"].update(evaluation_interval="1s", scale_up_delay="0s")
+    path = directory / "coreweave.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _iris(cluster: FakeKubernetes, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**cluster.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
+    return subprocess.run([str(IRIS), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+def _get(cluster: FakeKubernetes, *what: str, namespace: str = "iris") -> list[dict[str, Any]]:
+    shown = cluster.kubectl("get", *what, "-n", namespace, "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    return found["items"] if "items" in found else [found]
+
+
+def _versions(cluster: FakeKubernetes) -> dict[str, str]:
+    objects = _get(cluster, *NAMESPACED) + _get(cluster, *CLUSTER_WIDE)
+    return {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in objects}
+
+
+def _controller_pod(cluster: FakeKubernetes) -> dict[str, Any] | None:
+    pods = [p for p in _get(cluster, "pods", "-l", "app=iris-controller") if not p["metadata"].get("deletionTimestamp")]
+    ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+    return ready[0] if ready else None
+
+
+@pytest.mark.timeout(900)
+def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_stops(
+    tmp_path: Path, cks: FakeKubernetes, object_storage: str, images: dict[str, str]
+) -> None:
+    config = str(_config_file(tmp_path, cks, object_storage, images))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+
+    started = _iris(cks, "--config", config, "cluster", "start")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        # Every resource of seed 001 section 13, read back with kubectl.
+        versions = _versions(cks)
+        pools = {p["metadata"]["name"]: p for p in _get(cks, "nodepools", namespace="")}
+        assert {"iris-h100-8x", "iris-cpu-erapids"} <= set(pools)
+        assert pools["iris-h100-8x"]["spec"]["autoscaling"] is True
+        controller_pod = _controller_pod(cks)
+        assert controller_pod is not None
+        assert controller_pod["spec"]["containers"][0]["image"] == images["controller"]
+
+        again = _iris(cks, "--config", config, "cluster", "start")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "already running" in again.stdout
+        assert _versions(cks) == versions
+
+        # A GPU job: its pool grows from zero, a worker Pod comes up, the task runs in its own Pod.
+        assert pools["iris-h100-8x"].get("status", {}).get("currentNodes", 0) == 0
+        env = {**cks.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
+        running = subprocess.Popen(
+            [str(IRIS), "--config", config, "run", "--gpu", "H100x2", "--workspace", str(workspace), "--",
+             "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME; sleep 4"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+
+        def gpu_task_pod() -> dict[str, Any] | None:
+            pods = _get(cks, "pods", "-l", "iris.managed=true,iris.role=main")
+            return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+        task = wait_until(gpu_task_pod, 240, 0.2, "the GPU task Pod to run")
+        out, err = running.communicate(timeout=120)
+        assert running.returncode == 0, out + err
+        assert f"gpu-task-ran-on-{task['metadata']['name']}" in out
+        limits: dict[str, str] = {}
+        for container in task["spec"]["containers"]:
+            limits.update((container.get("resources") or {}).get("limits") or {})
+        assert limits["nvidia.com/gpu"] == "2" and limits["rdma/ib"] == "1"
+        assert task["spec"]["hostNetwork"] is True
+        assert any(t.get("key") == "nvidia.com/gpu" for t in task["spec"]["tolerations"])
+        assert _get(cks, "nodepool", "iris-h100-8x", namespace="")[0]["status"]["currentNodes"] >= 1
+
+        # The controller Pod is deleted mid-job; the Deployment's new Pod adopts the running task.
+        submitted = _iris(
+            cks, "--config", config, "run", "--no-wait", "--gpu", "H100x2", "--workspace", str(workspace), "--",
+            "sh", "-c", "echo attempt-started; sleep 6; echo attempt-finished",
+        )
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        job_id = submitted.stdout.strip().splitlines()[-1]
+        wait_until(
+            lambda: any(p["status"].get("phase") == "Running" for p in _get(cks, "pods", "-l", "iris.managed=true,iris.role=main")),
+            120, 0.5, "the second task Pod to run",
+        )
+        old = _controller_pod(cks)
+        assert old is not None
+        deleted = cks.kubectl("delete", "pod", old["metadata"]["name"], "-n", "iris", "--wait=false")
+        assert deleted.returncode == 0, deleted.stderr
+        wait_until(
+            lambda: (p := _controller_pod(cks)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"],
+            120, 0.5, "the replacement controller Pod",
+        )
+        logs = _iris(cks, "--config", config, "job", "logs", "-f", job_id)
+        assert logs.returncode == 0, logs.stdout + logs.stderr
+        assert logs.stdout.count("attempt-started") == 1 and "attempt-finished" in logs.stdout
+    finally:
+        stopped = _iris(cks, "--config", config, "cluster", "stop", "--yes")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+    def only_pools_left() -> bool:
+        everything = cks.kubectl("get", "pods,services,deployments,configmaps,secrets,serviceaccounts", "-A", "-o", "json")
+        leftovers = [o for o in json.loads(everything.stdout)["items"] if o["metadata"]["namespace"] == "iris"]
+        wide = cks.kubectl("get", "namespace/iris", "clusterrole/iris-controller", "clusterrolebinding/iris-controller")
+        return not leftovers and "NotFound" in wide.stderr and wide.stdout.strip() == ""
+
+    wait_until(only_pools_left, 60, 0.5, "everything but the NodePools to go")
+    assert {"iris-h100-8x", "iris-cpu-erapids"} <= {p["metadata"]["name"] for p in _get(cks, "nodepools", namespace="")}
