@@ -47,14 +47,17 @@ from iris.cluster.platform.base import (
     QuotaExhaustedError,
     ResourceNotFoundError,
     SliceStatus,
+    VmLogKind,
 )
 from iris.cluster.platform.bootstrap import (
+    CONTROLLER_DAEMON_NAME,
     BootstrapConfigError,
     WorkerPlacement,
     controller_daemon,
     local_storage_dirs,
     logs_script,
     start_script,
+    stream_vm_log,
     worker_daemon,
     worker_daemon_name,
 )
@@ -677,6 +680,18 @@ class GcpPlatform:
             raise ResourceNotFoundError(f"no GCP worker named {worker_id}")
         result = workers[0].run_command(logs_script(worker_daemon_name(worker_id), tail_lines), _LOGS_TIMEOUT)
         return result.stdout + result.stderr
+
+    def vm_log(
+        self, vm_id: str, kind: VmLogKind, tail_lines: int, on_line: Callable[[str], None], follow: bool = False
+    ) -> None:
+        for vm in self.list_vms([], {self._keys.controller: "true"}):
+            if vm.worker_id == vm_id:
+                stream_vm_log(vm, CONTROLLER_DAEMON_NAME, kind, tail_lines, on_line, follow)
+                return
+        workers = [w for s in self.list_slices([]) for w in s.describe().workers if w.worker_id == vm_id]
+        if not workers:
+            raise ResourceNotFoundError(f"no GCP controller VM or worker named {vm_id}")
+        stream_vm_log(workers[0], worker_daemon_name(vm_id), kind, tail_lines, on_line, follow)
 
     # ------------------------------------------------------------ the controller VM
 

@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from iris.cluster.platform.base import (
     PlatformError,
     ResourceNotFoundError,
     SliceStatus,
+    VmLogKind,
     WorkerStatus,
 )
 from iris.cluster.platform.bootstrap import worker_env, worker_offer_flags
@@ -430,15 +433,33 @@ class LocalPlatform:
     def tunnel(self, address: str, local_port: int | None = None) -> AbstractContextManager[str]:
         return nullcontext(address)
 
-    def worker_logs(self, worker_id: str, tail_lines: int) -> str:
+    def _log_path(self, vm_id: str) -> Path:
         for slice_handle in self.list_slices([]):
             for worker in slice_handle.workers():
-                if worker.worker_id == worker_id:
-                    return _tail(worker.log_path, tail_lines)
+                if worker.worker_id == vm_id:
+                    return worker.log_path
         for vm in self.list_vms([]):
-            if vm.worker_id == worker_id:
-                return _tail(vm.log_path, tail_lines)
-        raise ResourceNotFoundError(f"no local worker or VM named {worker_id}")
+            if vm.worker_id == vm_id:
+                return vm.log_path
+        raise ResourceNotFoundError(f"no local worker or VM named {vm_id}")
+
+    def worker_logs(self, worker_id: str, tail_lines: int) -> str:
+        return _tail(self._log_path(worker_id), tail_lines)
+
+    def vm_log(
+        self,
+        vm_id: str,
+        kind: VmLogKind,
+        tail_lines: int,
+        on_line: Callable[[str], None],
+        follow: bool = False,
+    ) -> None:
+        """A local process has no bootstrap of its own: both kinds are the process's one log."""
+        path = self._log_path(vm_id)
+        for line in _tail(path, tail_lines).splitlines():
+            on_line(line)
+        if follow:
+            _follow(path, on_line)
 
     def shutdown(self) -> None:
         """Stop every slice and controller this object started, leaving nothing running.
@@ -468,6 +489,25 @@ def _tail(path: Path, lines: int) -> str:
     if not path.exists():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+_FOLLOW_POLL_S = 0.2
+
+
+def _follow(path: Path, on_line: Callable[[str], None]) -> None:
+    """Pass each line appended to `path` from now on, until interrupted (as `tail -F`)."""
+    with open(path, errors="replace") as log:
+        log.seek(0, os.SEEK_END)
+        pending = ""
+        while True:
+            chunk = log.read()
+            if not chunk:
+                time.sleep(_FOLLOW_POLL_S)
+                continue
+            pending += chunk
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                on_line(line)
 
 
 
