@@ -31,7 +31,7 @@ from iris.cluster.types import (
 )
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
-from iris.time import wait_until
+from iris.time import Timestamp, wait_until
 
 TASK_MEMORY = "128MB"
 # Each step needs at least this many concurrent jobs to make the autoscaler provision in parallel.
@@ -123,20 +123,19 @@ def _print(marker: str) -> Entrypoint:
     return _python(f"print({marker!r})")
 
 
-def _slice_failure(client: IrisClient, scale_group: str) -> str | None:
+def _slice_failure(client: IrisClient, scale_group: str, since: Timestamp) -> str | None:
+    """Why a slice of the group failed since `since`, or None. The autoscaler cleans a failed
+    slice up at once, so its recorded actions are where the failure stays visible."""
     status = client.call("get_autoscaler_status", pb.GetAutoscalerStatusRequest())
-    for group in status.groups:
-        if group.name != scale_group:
-            continue
-        for item in group.slices:
-            if item.state == "FAILED" and item.error:
-                return f"slice {item.slice_id} of {scale_group} failed: {item.error}"
+    for action in status.recent_actions:
+        if action.scale_group == scale_group and action.action == "failed" and action.at.epoch_ms >= since.epoch_ms:
+            return f"slice {action.slice_id} of {scale_group} failed: {action.reason}"
     return None
 
 
-def wait_for_jobs(client: IrisClient, jobs: list[Job], scale_group: str, timeout: float) -> None:
-    """Wait until every job succeeded; ValidationFailed at the first failure, at a failed slice of
-    the group while a job still waits for a worker, or at the timeout."""
+def wait_for_jobs(client: IrisClient, jobs: list[Job], scale_group: str, timeout: float, since: Timestamp) -> None:
+    """Wait until every job succeeded; ValidationFailed at the first failure, when a slice of the
+    group failed since `since` while a job still waits for a worker, or at the timeout."""
 
     def finished() -> bool:
         statuses = [job.status() for job in jobs]
@@ -144,7 +143,7 @@ def wait_for_jobs(client: IrisClient, jobs: list[Job], scale_group: str, timeout
             if status.state in TERMINAL_JOB_STATES and status.state != pb.JOB_STATE_SUCCEEDED:
                 raise ValidationFailed(f"job {job.job_id} {job_state_name(status.state)}: {status.error or 'no reason given'}")
         if any(status.state == pb.JOB_STATE_PENDING for status in statuses):
-            failure = _slice_failure(client, scale_group)
+            failure = _slice_failure(client, scale_group, since)
             if failure:
                 raise ValidationFailed(failure)
         return all(status.state == pb.JOB_STATE_SUCCEEDED for status in statuses)
@@ -177,6 +176,12 @@ class Validation:
         self.prefix = prefix
         self.workspace = workspace
         self.jobs: list[Job] = []
+        # A slice failing at any point of the run means the group cannot give workers: every
+        # later step waiting for one fails at once with that reason.
+        self.started = Timestamp.now()
+
+    def _wait(self, jobs: list[Job]) -> None:
+        wait_for_jobs(self.client, jobs, self.target.scale_group, self.timeout, self.started)
 
     def _submit(self, name: str, entrypoint: Entrypoint, whole_worker: bool = False, **options) -> Job:
         job = self.client.submit(
@@ -193,7 +198,7 @@ class Validation:
 
     def simple(self) -> str:
         job = self._submit("simple", _print("iris-validate simple ok"))
-        wait_for_jobs(self.client, [job], self.target.scale_group, self.timeout)
+        self._wait([job])
         return _expect_output(job, "iris-validate simple ok")
 
     def concurrent(self) -> str:
@@ -203,7 +208,7 @@ class Validation:
             self._submit(f"concurrent-{index}", _python(code, str(index)), whole_worker=True)
             for index in range(CONCURRENT_JOBS)
         ]
-        wait_for_jobs(self.client, jobs, self.target.scale_group, self.timeout)
+        self._wait(jobs)
         workers = set()
         for index, job in enumerate(jobs):
             _expect_output(job, f"iris-validate concurrent {index}")
@@ -220,7 +225,7 @@ class Validation:
         options = {} if self.target.accelerator == "tpu" else {"replicas": hosts, "coscheduling": CoschedulingConfig()}
         code = "import os; print('iris-validate task', os.environ['IRIS_TASK_INDEX'], 'of', os.environ['IRIS_NUM_TASKS'])"
         job = self._submit("coscheduled", _python(code), **options)
-        wait_for_jobs(self.client, [job], self.target.scale_group, self.timeout)
+        self._wait([job])
         workers = sorted(task.worker_id for task in job.status(include_tasks=True).tasks)
         printed = sorted(line for line in _log_lines(job) if line.startswith("iris-validate task"))
         expected = [f"iris-validate task {index} of {hosts}" for index in range(hosts)]
@@ -230,7 +235,7 @@ class Validation:
 
     def accelerator(self) -> str:
         job = self._submit("accelerator", _python(_ACCELERATOR_SCRIPT, self.target.accelerator))
-        wait_for_jobs(self.client, [job], self.target.scale_group, self.timeout)
+        self._wait([job])
         line = _expect_output(job, "iris-validate accelerator=")
         if f"result={EXPECTED_RESULT}" not in line:
             raise ValidationFailed(f"job {job.job_id} computed the wrong result: {line}")

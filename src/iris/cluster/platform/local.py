@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -204,11 +205,13 @@ class LocalSliceHandle:
         if self._record.get("deleting"):
             return SliceStatus(CloudSliceState.DELETING, len(workers), list(workers))
         if dead:
+            last_words = _last_error(next(w for w in workers if not w.alive()).log_path)
             return SliceStatus(
                 CloudSliceState.FAILED,
                 len(workers),
                 list(workers),
-                message=f"worker process(es) {', '.join(dead)} exited; see their worker.log",
+                message=f"worker process(es) {', '.join(dead)} exited"
+                + (f", the first saying: {last_words}" if last_words else "; see their worker.log"),
             )
         return SliceStatus(CloudSliceState.READY, len(workers), list(workers))
 
@@ -492,6 +495,15 @@ def _tail(path: Path, lines: int) -> str:
 
 
 _FOLLOW_POLL_S = 0.2
+_ERROR_LINE = re.compile(r"Error|error:|Exception|Fatal")
+
+
+def _last_error(path: Path) -> str:
+    """The line of a dead process's log that best says why it died: the last one naming an error
+    (a traceback's last line), else its last line."""
+    lines = [line.strip() for line in _tail(path, 40).splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
+    return (errors or lines or [""])[-1]
 
 
 def _follow(path: Path, on_line: Callable[[str], None]) -> None:
