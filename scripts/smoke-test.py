@@ -172,7 +172,7 @@ class SmokeTest:
             self.record(StepResult("interrupted", False, "Ctrl-C", 0.0))
         except _STEP_ERRORS as exc:
             self.record(StepResult("jobs", False, " ".join(str(exc).split()), 0.0))
-        except Exception:
+        except Exception:  # noqa: BLE001 - a bug here must still reach cleanup and the summary
             self.record(StepResult("smoke test", False, traceback.format_exc().strip().splitlines()[-1], 0.0))
         failed = any(not r.passed for r in self.results)
         if failed and self.started:

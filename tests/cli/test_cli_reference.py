@@ -1,5 +1,8 @@
 """Every command of the README's CLI reference, called for real against one local cluster.
 
+(`controller run-local` is the command every local `start`, `restart` and `reload` here runs in
+the background; its foreground behaviour is tested in test_cli_run_local.py.)
+
 One test walks the reference in an order that keeps a single cluster useful throughout (the
 controller is stopped, started, restarted and reloaded under it), so the whole reference costs one
 cluster's start-up rather than one per command.
@@ -10,10 +13,19 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import threading
 from pathlib import Path
 
 import psutil
-from cli_support import IrisResult, IrisRunner, closed_port, is_alive, process_tree, send_ctrl_c, write_local_config
+from cli_support import (
+    IrisResult,
+    IrisRunner,
+    closed_port,
+    is_alive,
+    process_tree,
+    send_ctrl_c,
+    write_local_config,
+)
 
 from iris.time import wait_until
 
@@ -58,7 +70,7 @@ class Cluster:
 
 def _controller_section(cluster: Cluster) -> None:
     status = cluster("controller", "status")
-    assert f"http://127.0.0.1:" in status.stdout and status.stdout.rstrip().endswith("healthy"), str(status)
+    assert "http://127.0.0.1:" in status.stdout and status.stdout.rstrip().endswith("healthy"), str(status)
     workers = cluster.workers()
 
     stopped = cluster("controller", "stop")
@@ -76,10 +88,6 @@ def _controller_section(cluster: Cluster) -> None:
     again = cluster("restart")
     assert f"running: controller {cluster.url()}, {len(workers)} worker(s)" in again.stdout, str(again)
     assert cluster.workers() == workers
-
-    # run-local is what `start` runs in the background: a second one on the same state refuses.
-    second = cluster("controller", "run-local", ok=False)
-    assert second.returncode == 1 and "is already running" in second.stderr, str(second)
 
 
 def _slice_section(cluster: Cluster) -> None:
@@ -100,14 +108,10 @@ def _vm_section(cluster: Cluster) -> str:
     assert worker in status.stdout
     by_url = cluster.runner("cluster", "vm", f"--controller-url={cluster.url()}", "status")
     assert by_url.returncode == 0 and worker in by_url.stdout, str(by_url)
-    by_env = cluster.runner("cluster", "vm", "status", env={"IRIS_CONTROLLER_URL": cluster.url()})
-    assert by_env.returncode == 0 and worker in by_env.stdout, str(by_env)
     logs = cluster("vm", "logs", worker)
     assert logs.stdout.strip(), str(logs)
     got = cluster("vm", "get", worker)
     assert worker in got.stdout and "healthy" in got.stdout and "scale-group: cpu" in got.stdout, str(got)
-    missing = cluster("vm", "get", "no-such-worker", ok=False)
-    assert missing.returncode == 1 and "no worker no-such-worker is known" in missing.stderr, str(missing)
     return worker
 
 
@@ -137,16 +141,16 @@ def _debug_section(cluster: Cluster, worker: str) -> None:
     assert cluster("debug", "bootstrap-logs", worker).stdout.strip(), "a worker's startup log"
 
     follow = cluster.runner.popen("cluster", f"--config={cluster.path}", "debug", "logs", "--follow", "--tail", "1")
-    assert follow.stdout is not None
-    first = follow.stdout.readline()
-    assert "iris: " in first, first
+    printed: list[str] = []
+    threading.Thread(target=lambda: printed.extend(follow.stdout), daemon=True).start()
+    wait_until(lambda: printed, 30, 0.05, "the log's last line")
     # Following: a line the controller writes from now on shows up.
-    log = cluster.state_dir / "platform" / "iris-controller.log"
-    with open(log, "a") as appended:
-        appended.write("a line written while following\n")
-    assert follow.stdout.readline().strip() == "a line written while following"
+    with open(cluster.state_dir / "platform" / "iris-controller.log", "a") as log:
+        log.write("a line written while following\n")
+    wait_until(lambda: "a line written while following\n" in printed, 30, 0.05, "the new line")
     send_ctrl_c(follow)
-    assert cluster.runner.finish(follow, ("debug", "logs"), 20).returncode == 130
+    follow.wait(20)
+    assert follow.returncode == 130
 
     validated = cluster("debug", "validate", "--job-timeout", "60")
     for step in ("simple job", "concurrent jobs", "coscheduled job", "accelerator job"):
@@ -198,9 +202,9 @@ def test_cli_reference_every_command_runs_against_one_local_cluster(iris: IrisRu
         assert "running: controller http://127.0.0.1:" in started.stdout and "2 worker(s)" in started.stdout, str(started)
         assert cluster("status").stdout.startswith("cluster cli-reference  controller http://127.0.0.1:")
 
-        _job_section(cluster, iris.cwd)
         _slice_section(cluster)
         worker = _vm_section(cluster)
+        _job_section(cluster, iris.cwd)
         _debug_section(cluster, worker)
         _build_section(iris)
         _controller_section(cluster)

@@ -19,6 +19,7 @@ import click
 from iris.cli.cluster_common import (
     cluster_client,
     cluster_platform,
+    configured_images,
     load_cluster,
     print_actions,
     print_autoscaler,
@@ -27,7 +28,7 @@ from iris.cli.cluster_common import (
 )
 from iris.cli.controller import controller
 from iris.cli.debug import debug_group
-from iris.cli.render import console, jobs_table, message_dict, print_json, recent_workers, workers_table
+from iris.cli.render import age, console, jobs_table, message_dict, print_json, recent_workers, workers_table
 from iris.client.client import IrisClient, IrisError, NotAuthenticatedError
 from iris.cluster.controller.lifecycle import (
     ClusterNotRunningError,

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 import psutil
@@ -459,10 +460,13 @@ class LocalPlatform:
     ) -> None:
         """A local process has no bootstrap of its own: both kinds are the process's one log."""
         path = self._log_path(vm_id)
-        for line in _tail(path, tail_lines).splitlines():
-            on_line(line)
-        if follow:
-            _follow(path, on_line)
+        if not path.exists():
+            return
+        with open(path, errors="replace") as log:
+            for line in log.read().splitlines()[-tail_lines:]:
+                on_line(line)
+            if follow:
+                _follow(log, on_line)
 
     def shutdown(self) -> None:
         """Stop every slice and controller this object started, leaving nothing running.
@@ -506,20 +510,18 @@ def _last_error(path: Path) -> str:
     return (errors or lines or [""])[-1]
 
 
-def _follow(path: Path, on_line: Callable[[str], None]) -> None:
-    """Pass each line appended to `path` from now on, until interrupted (as `tail -F`)."""
-    with open(path, errors="replace") as log:
-        log.seek(0, os.SEEK_END)
-        pending = ""
-        while True:
-            chunk = log.read()
-            if not chunk:
-                time.sleep(_FOLLOW_POLL_S)
-                continue
-            pending += chunk
-            *lines, pending = pending.split("\n")
-            for line in lines:
-                on_line(line)
+def _follow(log: TextIO, on_line: Callable[[str], None]) -> None:
+    """Pass each line appended to the open `log` past where it was read, until interrupted (as `tail -f`)."""
+    pending = ""
+    while True:
+        chunk = log.read()
+        if not chunk:
+            time.sleep(_FOLLOW_POLL_S)
+            continue
+        pending += chunk
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            on_line(line)
 
 
 
