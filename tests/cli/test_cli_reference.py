@@ -221,9 +221,8 @@ def test_cli_reference_every_command_runs_against_one_local_cluster(iris: IrisRu
         assert cluster.workers() != old_workers and len(cluster.workers()) == 2
 
         _cleanup_section(cluster)
-        assert cluster("start").returncode == 0
-        stopped = cluster("stop", "--yes")
-        assert stopped.stdout.startswith("cluster 'cli-reference' stopped"), str(stopped)
+        # Cleanup left nothing for stop to end (stopping a running cluster: test_cli_cluster_lifecycle.py).
+        assert cluster("stop", "--yes").stdout.strip() == "cluster 'cli-reference' was not running"
     finally:
         if (state_dir / "cluster.pid").exists():
             tree = process_tree(cluster.pid())
