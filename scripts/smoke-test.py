@@ -85,6 +85,8 @@ class SmokeTest:
             except _STEP_ERRORS as exc:
                 message = exc.message if isinstance(exc, click.ClickException) else str(exc)
                 raise ValidationFailed(" ".join(message.split()) or type(exc).__name__) from None
+            except Exception as exc:  # noqa: BLE001 - a bug in one step must not skip cleanup
+                raise ValidationFailed(f"{type(exc).__name__}: {exc}") from None
 
         return self.record(run_step(name, guarded)).passed
 
