@@ -11,7 +11,12 @@ from typing import NoReturn
 
 import click
 
-from iris.cli.connect import add_option_everywhere, config_option, global_connection_options
+from iris.cli.connect import (
+    add_option_everywhere,
+    config_option,
+    controller_url_option,
+    global_connection_options,
+)
 
 # Errors a user can act on: one clear line, no traceback (unless --traceback).
 _USER_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, TimeoutError, KeyError)
@@ -42,6 +47,7 @@ class IrisGroup(click.Group):
             add_option_everywhere(command, traceback_option)
             if cmd_name == "cluster":
                 add_option_everywhere(command, config_option)
+                add_option_everywhere(command, controller_url_option)
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 

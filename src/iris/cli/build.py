@@ -279,6 +279,15 @@ def _build_options(kind_name: str):
             click.option("--python-version", default=DEFAULT_PYTHON_VERSION, show_default=True, help="The base image's Python."),
             click.option("--platform", "docker_platform", default="", help="Target platform, e.g. linux/arm64 (default: this machine's)."),
             click.option("--network", default=None, help="Network for the build's RUN steps, e.g. host (default: the engine's)."),
+            click.option("--push", "push_to", is_flag=True, help="Push the image once built (see --registry, --region)."),
+            click.option(
+                "--registry",
+                default=None,
+                help="With --push: ghcr, gcp or a registry HOST[:PORT] (default: gcp when --region is given, "
+                "else the registry the tag names).",
+            ),
+            click.option("--region", default=None, help=f"With --push: the Artifact Registry region (implies --registry gcp; default {DEFAULT_GCP_REGION})."),
+            click.option("--project", default=None, help="With --push --registry gcp: the GCP project (default $CLOUDSDK_CORE_PROJECT)."),
         ]
         for option in reversed(options):
             fn = option(fn)
@@ -292,25 +301,53 @@ def build() -> None:
     """Build Iris's images and push them to a registry."""
 
 
+def _build_then_push(kind_name: str, options: dict[str, Any]) -> None:
+    push_to, registry = options.pop("push_to"), options.pop("registry")
+    region, project = options.pop("region"), options.pop("project")
+    if not push_to and (registry or region or project):
+        raise click.UsageError("--registry, --region and --project say where to push: add --push")
+    # A bad destination is a usage error before a build of minutes, not after it.
+    destination = _push_destination(options["tag"] or IMAGE_KINDS[kind_name].default_tag, registry, region, project) if push_to else None
+    tag = build_image(IMAGE_KINDS[kind_name], **options)
+    if destination is not None:
+        push_image(tag, destination)
+
+
+def _push_destination(tag: str, registry: str | None, region: str | None, project: str | None) -> str:
+    """Where --push sends a built image: the tag itself when no registry is named."""
+    if region and not registry:
+        registry = "gcp"
+    if not registry:
+        return tag
+    project = project or os.environ.get("CLOUDSDK_CORE_PROJECT") or os.environ.get("GOOGLE_CLOUD_PROJECT")
+    org = DEFAULT_GHCR_ORG if registry == "ghcr" else ""
+    return remote_image_name(tag, registry, None, org, project, region or DEFAULT_GCP_REGION)
+
+
+def build_and_push(kind_name: str, image: str) -> None:
+    """Build an image kind under the full name a cluster config gives it and push it there."""
+    push_image(build_image(IMAGE_KINDS[kind_name], image, None, None, (), False, DEFAULT_PYTHON_VERSION, ""), image)
+
+
 @build.command("worker-image")
 @_build_options("worker")
 def worker_image(**options: Any) -> None:
     """Build the worker image (docker and containerd runtimes, docker CLI and crictl)."""
-    build_image(IMAGE_KINDS["worker"], **options)
+    _build_then_push("worker", options)
 
 
 @build.command("controller-image")
 @_build_options("controller")
 def controller_image(**options: Any) -> None:
     """Build the controller image (gcloud); CoreWeave: --dockerfile Dockerfile.controller.coreweave."""
-    build_image(IMAGE_KINDS["controller"], **options)
+    _build_then_push("controller", options)
 
 
 @build.command("task-image")
 @_build_options("task")
 def task_image(**options: Any) -> None:
     """Build the image task containers run in (Python, Iris, uv)."""
-    build_image(IMAGE_KINDS["task"], **options)
+    _build_then_push("task", options)
 
 
 # -- push --------------------------------------------------------------------------------------
@@ -363,12 +400,18 @@ def push(
     if dry_run:
         click.echo(remote)
         return
+    push_image(image, remote, registry, region)
+
+
+def push_image(image: str, remote: str, registry: str = "", region: str = DEFAULT_GCP_REGION) -> None:
+    """Tag the local `image` as `remote` and push it; BuildError with the engine's reason on failure."""
     client = _docker_client()
     repository_name, tag = split_image(remote)
     try:
         client.api.inspect_image(image)
     except _engine_errors():
         raise BuildError(f"no local image {image}: build it first (iris build ...)") from None
+    registry = registry or remote.split("/", 1)[0]
     click.echo(f"Pushing {image} to {remote}")
     try:
         client.api.tag(image, repository_name, tag)

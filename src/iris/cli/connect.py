@@ -84,6 +84,13 @@ def config_option() -> click.Option:
     )
 
 
+def controller_url_option() -> click.Option:
+    """A --controller-url that any command of a tree can take, remembered for the whole command line."""
+    return click.Option(
+        ["--controller-url"], callback=_remember("controller_url"), expose_value=False, help=CONTROLLER_URL_HELP
+    )
+
+
 def add_option_everywhere(command: click.Command, make_option: Callable[[], click.Option]) -> None:
     """Give a command and all its subcommands the option, unless one already has an option of that name."""
     option = make_option()

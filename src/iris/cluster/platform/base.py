@@ -35,6 +35,13 @@ class CloudSliceState(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+class VmLogKind(StrEnum):
+    """Which of a VM's logs: what bringing it up printed, or its daemon's own output."""
+
+    BOOTSTRAP = "bootstrap"
+    DAEMON = "daemon"
+
+
 class CloudWorkerState(StrEnum):
     RUNNING = "RUNNING"
     STOPPED = "STOPPED"
@@ -159,6 +166,19 @@ class Platform(Protocol):
 
     def worker_logs(self, worker_id: str, tail_lines: int) -> str:
         """The last lines of a worker's own log (bootstrap and daemon output)."""
+        ...
+
+    def vm_log(
+        self,
+        vm_id: str,
+        kind: VmLogKind,
+        tail_lines: int,
+        on_line: Callable[[str], None],
+        follow: bool = False,
+    ) -> None:
+        """Pass a VM's log to `on_line`, line by line: the controller VM (by its name) or a worker
+        (by its id). The last `tail_lines`, then with `follow` each new line until interrupted.
+        ResourceNotFoundError when the platform knows no such VM."""
         ...
 
     def shutdown(self) -> None:

@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from iris.cluster import task_env
+from iris.cluster.platform.base import PlatformError, RemoteWorkerHandle, ResourceNotFoundError, VmLogKind
 from iris.rpc import config_pb2
-from iris.time import Timestamp
+from iris.time import Duration, Timestamp
 
 HOST_STATE_DIR = "/var/lib/iris"
 DAEMONS_DIR = f"{HOST_STATE_DIR}/daemons"
@@ -448,6 +450,46 @@ if [ -f "$d/daemon.log" ]; then tail -n {tail_lines} "$d/daemon.log"
 elif command -v docker >/dev/null 2>&1; then docker logs --tail {tail_lines} {container} 2>&1 || true
 fi
 """
+
+
+def vm_log_script(daemon_name: str, kind: str, tail_lines: int, follow: bool) -> str:
+    """Bash printing one log of a daemon ("bootstrap": its bootstrap output; "daemon": the daemon's
+    own), the last `tail_lines` lines and, with `follow`, every new line until it is killed."""
+    directory = shlex.quote(f"{DAEMONS_DIR}/{daemon_name}")
+    container = shlex.quote(container_name(daemon_name))
+    tail = f"tail -n {tail_lines}" + (" -F" if follow else "")
+    missing = f'{{ echo "no Iris daemon {daemon_name} was ever started on this host" >&2; exit 3; }}'
+    if kind == "bootstrap":
+        return f'd={directory}\n[ -f "$d/bootstrap.log" ] || {missing}\nexec {tail} "$d/bootstrap.log"\n'
+    docker_follow = " -f" if follow else ""
+    return f"""d={directory}
+[ -d "$d" ] || {missing}
+if [ -f "$d/daemon.log" ]; then exec {tail} "$d/daemon.log"
+elif command -v docker >/dev/null 2>&1; then exec docker logs --tail {tail_lines}{docker_follow} {container} 2>&1
+fi
+{missing}
+"""
+
+
+def stream_vm_log(
+    handle: RemoteWorkerHandle,
+    daemon_name: str,
+    kind: VmLogKind,
+    tail_lines: int,
+    on_line: Callable[[str], None],
+    follow: bool,
+) -> None:
+    """`Platform.vm_log` for a daemon started by `start_script` on the host `handle` reaches."""
+    script = vm_log_script(daemon_name, kind.value, tail_lines, follow)
+    timeout = None if follow else Duration.from_seconds(60)
+    result = handle.run_command(f"bash -c {shlex.quote(script)}", timeout, on_line)
+    if result.returncode == 3:
+        raise ResourceNotFoundError(f"{handle.internal_address}: {result.stderr.strip()}")
+    if result.returncode != 0:
+        raise PlatformError(
+            f"reading the {kind.value} log of {daemon_name} on {handle.internal_address} failed "
+            f"(exit {result.returncode}): {result.stderr.strip()[-300:]}"
+        )
 
 
 def list_markers_script() -> str:

@@ -4,10 +4,12 @@ joins them into the Platform and holds the provider (config defaults, validation
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from iris.cluster.platform.base import Labels, ResourceNotFoundError, VmLogKind
+from iris.cluster.platform.bootstrap import CONTROLLER_DAEMON_NAME, stream_vm_log, worker_daemon_name
 from iris.cluster.platform.gcloud import Gcloud
 from iris.cluster.platform.gcp_tpu import GcpSliceHandle, GcpTpuSlices
 from iris.cluster.platform.gcp_vm import GcpControllerHandle, GcpControllerVms
@@ -38,6 +40,18 @@ class GcpPlatform:
 
     def worker_logs(self, worker_id: str, tail_lines: int) -> str:
         return self._tpus.worker_logs(worker_id, tail_lines)
+
+    def vm_log(
+        self, vm_id: str, kind: VmLogKind, tail_lines: int, on_line: Callable[[str], None], follow: bool = False
+    ) -> None:
+        for vm in self._vms.list_vms([], {Labels(self.label_prefix).controller: "true"}):
+            if vm.worker_id == vm_id:
+                stream_vm_log(vm, CONTROLLER_DAEMON_NAME, kind, tail_lines, on_line, follow)
+                return
+        workers = [w for s in self._tpus.list([]) for w in s.describe().workers if w.worker_id == vm_id]
+        if not workers:
+            raise ResourceNotFoundError(f"no GCP controller VM or worker named {vm_id}")
+        stream_vm_log(workers[0], worker_daemon_name(vm_id), kind, tail_lines, on_line, follow)
 
     def create_vm(self, config: config_pb2.VmConfig) -> GcpControllerHandle:
         return self._vms.create_vm(config)

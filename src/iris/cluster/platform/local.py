@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 import psutil
@@ -31,6 +35,7 @@ from iris.cluster.platform.base import (
     PlatformError,
     ResourceNotFoundError,
     SliceStatus,
+    VmLogKind,
     WorkerStatus,
 )
 from iris.cluster.platform.bootstrap import worker_env, worker_offer_flags
@@ -201,11 +206,13 @@ class LocalSliceHandle:
         if self._record.get("deleting"):
             return SliceStatus(CloudSliceState.DELETING, len(workers), list(workers))
         if dead:
+            last_words = _last_error(next(w for w in workers if not w.alive()).log_path)
             return SliceStatus(
                 CloudSliceState.FAILED,
                 len(workers),
                 list(workers),
-                message=f"worker process(es) {', '.join(dead)} exited; see their worker.log",
+                message=f"worker process(es) {', '.join(dead)} exited"
+                + (f", the first saying: {last_words}" if last_words else "; see their worker.log"),
             )
         return SliceStatus(CloudSliceState.READY, len(workers), list(workers))
 
@@ -430,15 +437,36 @@ class LocalPlatform:
     def tunnel(self, address: str, local_port: int | None = None) -> AbstractContextManager[str]:
         return nullcontext(address)
 
-    def worker_logs(self, worker_id: str, tail_lines: int) -> str:
+    def _log_path(self, vm_id: str) -> Path:
         for slice_handle in self.list_slices([]):
             for worker in slice_handle.workers():
-                if worker.worker_id == worker_id:
-                    return _tail(worker.log_path, tail_lines)
+                if worker.worker_id == vm_id:
+                    return worker.log_path
         for vm in self.list_vms([]):
-            if vm.worker_id == worker_id:
-                return _tail(vm.log_path, tail_lines)
-        raise ResourceNotFoundError(f"no local worker or VM named {worker_id}")
+            if vm.worker_id == vm_id:
+                return vm.log_path
+        raise ResourceNotFoundError(f"no local worker or VM named {vm_id}")
+
+    def worker_logs(self, worker_id: str, tail_lines: int) -> str:
+        return _tail(self._log_path(worker_id), tail_lines)
+
+    def vm_log(
+        self,
+        vm_id: str,
+        kind: VmLogKind,
+        tail_lines: int,
+        on_line: Callable[[str], None],
+        follow: bool = False,
+    ) -> None:
+        """A local process has no bootstrap of its own: both kinds are the process's one log."""
+        path = self._log_path(vm_id)
+        if not path.exists():
+            return
+        with open(path, errors="replace") as log:
+            for line in log.read().splitlines()[-tail_lines:]:
+                on_line(line)
+            if follow:
+                _follow(log, on_line)
 
     def shutdown(self) -> None:
         """Stop every slice and controller this object started, leaving nothing running.
@@ -468,6 +496,32 @@ def _tail(path: Path, lines: int) -> str:
     if not path.exists():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+_FOLLOW_POLL_S = 0.2
+_ERROR_LINE = re.compile(r"Error|error:|Exception|Fatal")
+
+
+def _last_error(path: Path) -> str:
+    """The line of a dead process's log that best says why it died: the last one naming an error
+    (a traceback's last line), else its last line."""
+    lines = [line.strip() for line in _tail(path, 40).splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.search(line)]
+    return (errors or lines or [""])[-1]
+
+
+def _follow(log: TextIO, on_line: Callable[[str], None]) -> None:
+    """Pass each line appended to the open `log` past where it was read, until interrupted (as `tail -f`)."""
+    pending = ""
+    while True:
+        chunk = log.read()
+        if not chunk:
+            time.sleep(_FOLLOW_POLL_S)
+            continue
+        pending += chunk
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            on_line(line)
 
 
 

@@ -36,6 +36,7 @@ from iris.cluster.platform.base import (
     QuotaExhaustedError,
     ResourceNotFoundError,
     SliceStatus,
+    VmLogKind,
 )
 from iris.cluster.platform.bootstrap import (
     CONTROLLER_DAEMON_NAME,
@@ -49,6 +50,7 @@ from iris.cluster.platform.bootstrap import (
     start_script,
     stop_controller_script,
     stop_worker_script,
+    stream_vm_log,
     worker_daemon,
     worker_daemon_name,
     write_marker_script,
@@ -526,6 +528,25 @@ class ManualPlatform:
             raise ResourceNotFoundError(f"no manual worker named {worker_id}")
         result = workers[0].run_command(logs_script(worker_daemon_name(worker_id), tail_lines), _LIST_TIMEOUT)
         return result.stdout + result.stderr
+
+    def vm_log(
+        self,
+        vm_id: str,
+        kind: VmLogKind,
+        tail_lines: int,
+        on_line: Callable[[str], None],
+        follow: bool = False,
+    ) -> None:
+        for vm in self.list_vms([]):
+            if vm.worker_id == vm_id:
+                stream_vm_log(vm, CONTROLLER_DAEMON_NAME, kind, tail_lines, on_line, follow)
+                return
+        self._adopt_from_hosts()
+        with self._lock:
+            workers = [w for r in self._slices.values() for w in r.workers if w.worker_id == vm_id]
+        if not workers:
+            raise ResourceNotFoundError(f"no manual controller VM or worker named {vm_id}")
+        stream_vm_log(workers[0], worker_daemon_name(vm_id), kind, tail_lines, on_line, follow)
 
     def _controller_ssh(self, vm: config_pb2.ManualVmConfig | None = None) -> SshSettings:
         defaults = self._ssh_defaults
