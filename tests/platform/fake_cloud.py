@@ -36,6 +36,7 @@ from iris.cluster.platform.base import (
     QuotaExhaustedError,
     ResourceNotFoundError,
     SliceStatus,
+    VmLogKind,
     WorkerStatus,
 )
 from iris.rpc import config_pb2
@@ -435,6 +436,14 @@ class FakeCloudPlatform:
                     if worker.worker_id == worker_id:
                         return "\n".join(f"{worker_id}: line {i}" for i in range(tail_lines))
         raise ResourceNotFoundError(f"no fake worker named {worker_id}")
+
+    def vm_log(
+        self, vm_id: str, kind: VmLogKind, tail_lines: int, on_line: Callable[[str], None], follow: bool = False
+    ) -> None:
+        """A fake VM's log is its worker log's lines, labelled with the kind; it never grows, so
+        `follow` ends with the tail."""
+        for line in self.worker_logs(vm_id, tail_lines).splitlines():
+            on_line(f"{kind.value}: {line}")
 
     def shutdown(self) -> None:
         self.shut_down = True
