@@ -11,9 +11,15 @@ import pytest
 from engines import DockerEngine
 from fakes.kubernetes.cluster import FakeKubernetes
 
-from iris.cluster.platform.base import CloudSliceState, PlatformError, prepare_slice_config
-from iris.cluster.platform.coreweave import PROVIDER, CoreweavePlatform
 from iris.cluster.platform import coreweave_resources as res
+from iris.cluster.platform.base import (
+    CloudSliceState,
+    PlatformError,
+    ResourceNotFoundError,
+    VmLogKind,
+    prepare_slice_config,
+)
+from iris.cluster.platform.coreweave import PROVIDER, CoreweavePlatform
 from iris.rpc import config_pb2
 from iris.time import wait_until
 
@@ -133,7 +139,9 @@ def test_nodepools_reapplied_unchanged_and_stale_pool_deleted(kube_cluster: Fake
     wait_until(lambda: set(pools()) == {"np-cpu"}, 30, 0.2, "the stale pool to be deleted")
 
 
-def test_restarted_platform_rebuilds_slices_from_pod_labels(kube_cluster: FakeKubernetes, coreweave_config) -> None:
+def test_restarted_platform_rebuilds_slices_from_pod_labels_and_reads_their_bring_up(
+    kube_cluster: FakeKubernetes, coreweave_config
+) -> None:
     config = coreweave_config(kube_cluster)
     platform = _platform(config)
     platform.kube.apply(res.config_map(platform.namespace, "{}"))
@@ -145,6 +153,21 @@ def test_restarted_platform_rebuilds_slices_from_pod_labels(kube_cluster: FakeKu
 
     assert found.slice_id == handle.slice_id and found.scale_group == "cpu"
     assert found.describe().state in (CloudSliceState.BOOTSTRAPPING, CloudSliceState.FAILED)
+
+    def bring_up() -> list[str]:
+        lines: list[str] = []
+        restarted.vm_log(f"{found.slice_id}-0", VmLogKind.BOOTSTRAP, 50, lines.append)
+        return lines
+
+    lines = wait_until(
+        lambda: (got := bring_up()) and any("Failed to pull image" in line for line in got) and got,
+        30,
+        0.2,
+        "the Pod's pull failure in its bring-up log",
+    )
+    assert any('"iris-test-missing:adopt"' in line for line in lines)
+    with pytest.raises(ResourceNotFoundError):
+        restarted.vm_log("no-such-slice-0", VmLogKind.BOOTSTRAP, 5, lines.append)
     found.terminate()
     platform.shutdown()
     restarted.shutdown()

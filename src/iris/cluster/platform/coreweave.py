@@ -35,6 +35,7 @@ from iris.cluster.platform.base import (
     PlatformError,
     ResourceNotFoundError,
     SliceStatus,
+    VmLogKind,
     WorkerStatus,
 )
 from iris.cluster.platform.bootstrap import worker_env, worker_offer_flags
@@ -575,6 +576,30 @@ class CoreweavePlatform:
         if not pods:
             raise ResourceNotFoundError(f"no worker Pod for {worker_id} in namespace {self.namespace}")
         return self.kube.pod_logs(self.namespace, pods[0]["metadata"]["name"], "worker", tail_lines)
+
+    def vm_log(
+        self, vm_id: str, kind: VmLogKind, tail_lines: int, on_line: Callable[[str], None], follow: bool = False
+    ) -> None:
+        """A Pod stands for the VM here: its bring-up is the Pod's events (scheduling, image pulls,
+        mounts, probes), its daemon log the container's own output."""
+        if vm_id == res.CONTROLLER_NAME:
+            pods, container = self.controller_pods(), "controller"
+        else:
+            slice_id = vm_id.rsplit("-", 1)[0]
+            pods, container = self.kube.list("Pod", self.namespace, f"{self._labels.slice_id}={slice_id}"), "worker"
+        if not pods:
+            raise ResourceNotFoundError(f"no Pod for {vm_id} in namespace {self.namespace}")
+        metadata = pods[0]["metadata"]
+        if kind == VmLogKind.BOOTSTRAP:
+            events = self.kube.events_for(self.namespace, metadata["name"], metadata.get("uid", ""))
+            for event in events[-tail_lines:]:
+                stamp = event.get("lastTimestamp") or event.get("eventTime") or ""
+                on_line(f"{stamp} {event.get('reason', '')}: {event.get('message', '')}".strip())
+        elif follow:
+            self.kube.stream_pod_log(self.namespace, metadata["name"], container, tail_lines, on_line)
+        else:
+            for line in self.kube.pod_logs(self.namespace, metadata["name"], container, tail_lines).splitlines():
+                on_line(line)
 
     def shutdown(self) -> None:
         """Stop following Pods; the Pods and pools stay for the next controller."""

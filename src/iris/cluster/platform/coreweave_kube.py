@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
@@ -183,6 +183,31 @@ class Kube:
             if previous and exc.status == 400:
                 return self.pod_logs(namespace, name, container, tail_lines)
             return f"(no logs: {_explain(exc)})"
+
+    def stream_pod_log(
+        self, namespace: str, name: str, container: str, tail_lines: int, on_line: Callable[[str], None]
+    ) -> None:
+        """Pass the container's last `tail_lines` log lines to `on_line`, then every new line until
+        the container ends or the caller is interrupted (the API server's `follow=true`)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self.core.read_namespaced_pod_log(
+                name, namespace, container=container, tail_lines=tail_lines, follow=True, _preload_content=False
+            )
+        except ApiException as exc:
+            raise KubeError(f"cannot follow the log of Pod {name}: {_explain(exc)}", exc.status) from None
+        try:
+            pending = b""
+            for chunk in response.stream(amt=4096, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    on_line(line.decode(errors="replace"))
+            if pending:
+                on_line(pending.decode(errors="replace"))
+        finally:
+            response.release_conn()
 
     @contextmanager
     def port_forward(self, namespace: str, pod: str, port: int, local_port: int | None = None) -> Iterator[int]:
