@@ -46,3 +46,35 @@ def test_describe_wait_names_reason_and_booting_slice() -> None:
     assert line == (
         "/train pending (12 s): no worker has 2 cpu free; waiting for a slice of local-cpu (bootstrapping, 4 s)"
     )
+
+
+def test_describe_wait_of_a_stockout_everywhere_stays_one_line_naming_each_zone() -> None:
+    status = pb.JobStatus(
+        job_id="/train",
+        state=pb.JOB_STATE_PENDING,
+        pending_reason=(
+            "no worker has a v5litepod-16 TPU\n"
+            "tpu can add no slice: every zone refused\n"
+            "  europe-west4-a: stockout\n"
+            "  us-central2-b: quota exhausted"
+        ),
+        submitted_at=time_pb2.Timestamp(epoch_ms=NOW_MS - 30_000),
+    )
+    autoscaler = pb.GetAutoscalerStatusResponse(
+        enabled=True,
+        groups=[
+            pb.ScaleGroupStatus(
+                name="tpu",
+                demand=1,
+                unmet_reason="tpu has no zone with quota: europe-west4-a (stockout), us-central2-b (quota exhausted)",
+            )
+        ],
+    )
+
+    line = describe_wait(status, autoscaler, NOW_MS)
+
+    assert "\n" not in line
+    assert line == (
+        "/train pending (30 s): no worker has a v5litepod-16 TPU; tpu: tpu has no zone with quota: "
+        "europe-west4-a (stockout), us-central2-b (quota exhausted)"
+    )

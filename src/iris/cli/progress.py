@@ -24,10 +24,12 @@ def _seconds_since(epoch_ms: int, now_ms: int) -> str:
 
 
 def describe_wait(status: pb.JobStatus, autoscaler: pb.GetAutoscalerStatusResponse | None, now_ms: int) -> str:
-    """One line: the job's state and for how long, why it waits, and what the autoscaler is doing."""
+    """One line: the job's state and for how long, why it waits, and what the autoscaler is doing.
+    Only the pending reason's first line: the lines after it name each zone that refused, which
+    the group's own one-line reason below says again."""
     line = f"{status.job_id} {job_state_name(status.state)} ({_seconds_since(status.submitted_at.epoch_ms, now_ms)})"
     if status.pending_reason:
-        line += f": {status.pending_reason}"
+        line += f": {status.pending_reason.splitlines()[0]}"
     if autoscaler is None or not autoscaler.enabled:
         return line
     for group in autoscaler.groups:
