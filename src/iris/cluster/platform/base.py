@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from iris.cluster.types import AttributeValue
 from iris.rpc import config_pb2
@@ -138,6 +138,30 @@ class SliceHandle(Protocol):
     def describe(self) -> SliceStatus: ...
 
     def terminate(self) -> None: ...
+
+
+class SliceRecordView:
+    """The identity of a slice as a platform's handle reads it off the record the platform keeps
+    (`_record`: slice_id, scale_group, labels, created_at); each handle adds its zone, describe()
+    and terminate()."""
+
+    _record: Any
+
+    @property
+    def slice_id(self) -> str:
+        return self._record.slice_id
+
+    @property
+    def scale_group(self) -> str:
+        return self._record.scale_group
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self._record.labels)
+
+    @property
+    def created_at(self) -> Timestamp:
+        return self._record.created_at
 
 
 @runtime_checkable

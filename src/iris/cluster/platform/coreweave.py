@@ -34,6 +34,7 @@ from iris.cluster.platform.base import (
     Platform,
     PlatformError,
     ResourceNotFoundError,
+    SliceRecordView,
     SliceStatus,
     VmLogKind,
     WorkerStatus,
@@ -194,30 +195,15 @@ class _SliceRecord:
     history: list[tuple[CloudSliceState, Timestamp, str]] = field(default_factory=list)
 
 
-class CoreweaveSliceHandle:
+class CoreweaveSliceHandle(SliceRecordView):
     def __init__(self, platform: CoreweavePlatform, record: _SliceRecord) -> None:
         self._platform = platform
         self._record = record
 
     @property
-    def slice_id(self) -> str:
-        return self._record.slice_id
-
-    @property
     def zone(self) -> str:
         return self._platform.region
 
-    @property
-    def scale_group(self) -> str:
-        return self._record.scale_group
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return dict(self._record.labels)
-
-    @property
-    def created_at(self) -> Timestamp:
-        return self._record.created_at
 
     def history(self) -> list[tuple[CloudSliceState, Timestamp, str]]:
         return list(self._record.history)

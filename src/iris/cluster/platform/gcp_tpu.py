@@ -37,6 +37,7 @@ from iris.cluster.platform.base import (
     PlatformUnavailableError,
     QuotaExhaustedError,
     ResourceNotFoundError,
+    SliceRecordView,
     SliceStatus,
 )
 from iris.cluster.platform.bootstrap import (
@@ -161,30 +162,15 @@ class _SliceRecord:
     watched: bool = False
 
 
-class GcpSliceHandle:
+class GcpSliceHandle(SliceRecordView):
     def __init__(self, tpus: GcpTpuSlices, record: _SliceRecord):
         self._tpus = tpus
         self._record = record
 
     @property
-    def slice_id(self) -> str:
-        return self._record.slice_id
-
-    @property
     def zone(self) -> str:
         return self._record.zone
 
-    @property
-    def scale_group(self) -> str:
-        return self._record.scale_group
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return dict(self._record.labels)
-
-    @property
-    def created_at(self) -> Timestamp:
-        return self._record.created_at
 
     def history(self) -> list[tuple[CloudSliceState, Timestamp, str]]:
         with self._tpus._lock:

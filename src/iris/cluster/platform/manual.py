@@ -35,6 +35,7 @@ from iris.cluster.platform.base import (
     PlatformError,
     QuotaExhaustedError,
     ResourceNotFoundError,
+    SliceRecordView,
     SliceStatus,
     VmLogKind,
 )
@@ -167,30 +168,15 @@ class _SliceRecord:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
-class ManualSliceHandle:
+class ManualSliceHandle(SliceRecordView):
     def __init__(self, platform: ManualPlatform, record: _SliceRecord):
         self._platform = platform
         self._record = record
 
     @property
-    def slice_id(self) -> str:
-        return self._record.slice_id
-
-    @property
     def zone(self) -> str:
         return ""
 
-    @property
-    def scale_group(self) -> str:
-        return self._record.scale_group
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return dict(self._record.labels)
-
-    @property
-    def created_at(self) -> Timestamp:
-        return self._record.created_at
 
     @property
     def hosts(self) -> list[str]:
