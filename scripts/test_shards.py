@@ -10,6 +10,9 @@ core idle. The suite splits along what the tests share:
 - "core": everything else (controller logic, storage, the CLI and end-to-end runs on local
   clusters, the dashboard, chaos), which binds only port 0 and private temporary directories.
 
+Each session collects `tests` as a single session would, ignoring the other session's paths: a
+directory's conftest.py then loads when its tests are collected, as it does in one session, instead
+of every conftest.py at start-up (test modules that import from their own conftest rely on that).
 Each line a session prints is prefixed with its name; the last line sums both up. The exit status
 is the first failing session's, or 0.
 """
@@ -56,10 +59,12 @@ def _relay(name: str, stream, last_lines: dict[str, str], lock: threading.Lock) 
 
 def _run_side_by_side(args: list[str]) -> int:
     started = time.monotonic()
+    shards = _shards()
     processes: dict[str, subprocess.Popen[bytes]] = {}
-    for name, paths in _shards().items():
+    for name in shards:
+        ignored = [f"--ignore={path}" for other, paths in shards.items() if other != name for path in paths]
         processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "pytest", *args, *paths],
+            [sys.executable, "-m", "pytest", *args, *ignored, str(TESTS)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
