@@ -13,7 +13,7 @@ down) and each carries a reason a user can act on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -282,6 +282,34 @@ class PlatformUnavailableError(PlatformError):
 
 
 # ---------------------------------------------------------------- labels
+
+
+class IllegalSliceTransition(PlatformError):
+    """A move a platform's slice transition table does not allow: a bug in the platform, never a
+    user error."""
+
+
+def move_slice(
+    table: Mapping[CloudSliceState, Mapping[CloudSliceState, str]],
+    record: Any,
+    to: CloudSliceState,
+    detail: str = "",
+    ignored_from: Collection[CloudSliceState] = (),
+) -> bool:
+    """The one path by which a platform's slice record (state, message, history) changes state:
+    check the move against the platform's `table` of legal moves, then record the new state, the
+    time and the detail (or the edge's reason). A move out of a state in `ignored_from` is dropped
+    with False (the slice ended meanwhile and a bring-up thread learns it late); any other move
+    the table lacks raises IllegalSliceTransition. Callers hold their platform's lock."""
+    allowed = table[record.state]
+    if to not in allowed:
+        if record.state in ignored_from:
+            return False
+        raise IllegalSliceTransition(f"slice {record.slice_id} cannot go from {record.state} to {to}")
+    record.state = to
+    record.message = detail
+    record.history.append((to, Timestamp.now(), detail or allowed[to]))
+    return True
 
 
 @dataclass(frozen=True)

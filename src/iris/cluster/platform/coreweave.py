@@ -38,6 +38,7 @@ from iris.cluster.platform.base import (
     SliceStatus,
     VmLogKind,
     WorkerStatus,
+    move_slice,
 )
 from iris.cluster.platform.bootstrap import worker_env, worker_offer_flags
 from iris.cluster.platform.coreweave_kube import Kube
@@ -380,16 +381,14 @@ class CoreweavePlatform:
     # ------------------------------------------------------------ slices
 
     def _transition(self, record: _SliceRecord, to: CloudSliceState, detail: str = "") -> bool:
-        """Apply a move of SLICE_TRANSITIONS; False when the move is not allowed from where it is."""
+        """Apply a move of SLICE_TRANSITIONS; False when it is not allowed from where the slice is:
+        describe() re-derives the state from the Pod each time, so a move a racing thread already
+        made is expected, not a bug."""
         with self._lock:
-            allowed = SLICE_TRANSITIONS[record.state]
-            if to not in allowed:
-                return False
-            record.state = to
-            record.message = detail
-            record.history.append((to, Timestamp.now(), detail or allowed[to]))
-        logger.info("coreweave slice %s -> %s%s", record.slice_id, to.value, f": {detail}" if detail else "")
-        return True
+            moved = move_slice(SLICE_TRANSITIONS, record, to, detail, ignored_from=tuple(CloudSliceState))
+        if moved:
+            logger.info("coreweave slice %s -> %s%s", record.slice_id, to.value, f": {detail}" if detail else "")
+        return moved
 
     def create_slice(
         self, config: config_pb2.SliceConfig, bootstrap_config: config_pb2.BootstrapConfig

@@ -39,6 +39,7 @@ from iris.cluster.platform.base import (
     ResourceNotFoundError,
     SliceRecordView,
     SliceStatus,
+    move_slice,
 )
 from iris.cluster.platform.bootstrap import (
     BootstrapConfigError,
@@ -73,10 +74,6 @@ _NODE_LOST = {
     "STOPPING": "the TPU node is being stopped",
     "DELETING": "the TPU node is being deleted outside Iris",
 }
-
-
-class IllegalSliceTransition(PlatformError):
-    """A move SLICE_TRANSITIONS does not allow: a bug in the platform, never a user error."""
 
 
 # Every legal move of a GCP slice, with what causes it.
@@ -219,18 +216,13 @@ class GcpTpuSlices:
     # ------------------------------------------------------------ helpers
 
     def _transition(self, record: _SliceRecord, to: CloudSliceState, detail: str = "") -> bool:
-        """Apply a move of SLICE_TRANSITIONS; False when the slice was terminated meanwhile."""
+        """Apply a move of SLICE_TRANSITIONS; False when the slice was terminated or failed meanwhile."""
         with self._lock:
-            allowed = SLICE_TRANSITIONS[record.state]
-            if to not in allowed:
-                if record.state in (CloudSliceState.DELETING, CloudSliceState.FAILED):
-                    return False
-                raise IllegalSliceTransition(f"slice {record.slice_id} cannot go from {record.state} to {to}")
-            record.state = to
-            record.message = detail
-            record.history.append((to, Timestamp.now(), detail or allowed[to]))
-        logger.info("gcp slice %s -> %s%s", record.slice_id, to.value, f": {detail}" if detail else "")
-        return True
+            ended = (CloudSliceState.DELETING, CloudSliceState.FAILED)
+            moved = move_slice(SLICE_TRANSITIONS, record, to, detail, ignored_from=ended)
+        if moved:
+            logger.info("gcp slice %s -> %s%s", record.slice_id, to.value, f": {detail}" if detail else "")
+        return moved
 
     def _zones(self) -> list[str]:
         """Every zone the config names for slices, for listing when a caller gives none."""

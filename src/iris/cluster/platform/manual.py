@@ -38,6 +38,7 @@ from iris.cluster.platform.base import (
     SliceRecordView,
     SliceStatus,
     VmLogKind,
+    move_slice,
 )
 from iris.cluster.platform.bootstrap import (
     CONTROLLER_DAEMON_NAME,
@@ -97,10 +98,6 @@ SLICE_TRANSITIONS: dict[CloudSliceState, dict[CloudSliceState, str]] = {
     },
     CloudSliceState.DELETING: {},
 }
-
-
-class IllegalSliceTransition(PlatformError):
-    """A move SLICE_TRANSITIONS does not allow: a bug in the platform, never a user error."""
 
 
 @dataclass
@@ -234,16 +231,10 @@ class ManualPlatform:
     def _transition(self, record: _SliceRecord, to: CloudSliceState, detail: str = "") -> bool:
         """Apply a move of SLICE_TRANSITIONS; False when the slice was terminated meanwhile."""
         with self._lock:
-            allowed = SLICE_TRANSITIONS[record.state]
-            if to not in allowed:
-                if record.state == CloudSliceState.DELETING:
-                    return False
-                raise IllegalSliceTransition(f"slice {record.slice_id} cannot go from {record.state} to {to}")
-            record.state = to
-            record.message = detail
-            record.history.append((to, Timestamp.now(), detail or allowed[to]))
-        logger.info("manual slice %s -> %s%s", record.slice_id, to.value, f": {detail}" if detail else "")
-        return True
+            moved = move_slice(SLICE_TRANSITIONS, record, to, detail, ignored_from=(CloudSliceState.DELETING,))
+        if moved:
+            logger.info("manual slice %s -> %s%s", record.slice_id, to.value, f": {detail}" if detail else "")
+        return moved
 
     # ------------------------------------------------------------ slices
 
