@@ -3,7 +3,6 @@ Pods on the session's private dockerd (engines.py of the runtime tests), and a c
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
-from engines import DockerEngine, EngineUnavailable, start_docker  # noqa: E402
+from engines import DockerEngine, session_docker_engine  # noqa: E402
 from fakes.kubernetes.cluster import FakeKubernetes  # noqa: E402
 
 from iris.config import apply_defaults, load_config_from_dict  # noqa: E402
@@ -22,21 +21,9 @@ from iris.rpc import config_pb2  # noqa: E402
 
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[DockerEngine]:
-    try:
-        engine = start_docker()
-    except EngineUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the CoreWeave tests need the docker engine: {exc}")
-        pytest.skip(f"docker engine: {exc}")
-    # `iris build`, which the image fixtures run, finds the engine through DOCKER_HOST.
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = engine.url
-    yield engine
-    if previous is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = previous
-    engine.daemon.stop()
+    """The session's private dockerd, on which the fake cluster's kubelet runs Pods."""
+    with session_docker_engine("the CoreWeave tests") as engine:
+        yield engine
 
 
 @pytest.fixture(scope="module")

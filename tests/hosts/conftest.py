@@ -15,7 +15,7 @@ from netns import HostNetwork, HostsUnavailable, SshHost
 
 # The runtime tests' private container engines (one per checkout) also serve the hosts' Docker path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-from engines import DockerEngine, EngineUnavailable, start_docker
+from engines import DockerEngine, session_docker_engine
 
 NAMESPACE_HOSTS = 3
 
@@ -61,10 +61,6 @@ def loopback_host(host_network: HostNetwork) -> Iterator[SshHost]:
 
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[DockerEngine]:
-    """The checkout's private dockerd (started here unless it already runs), for the Docker path."""
-    try:
-        engine = start_docker()
-    except EngineUnavailable as exc:
-        _unavailable(f"docker engine: {exc}")
-    yield engine
-    engine.daemon.stop()
+    """The checkout's private dockerd, for the Docker path of the bootstrap."""
+    with session_docker_engine("the Docker bootstrap tests") as engine:
+        yield engine

@@ -23,9 +23,9 @@ from engines import (
     DockerEngine,
     EngineUnavailable,
     build_test_image,
+    session_docker_engine,
     show_progress_on,
     start_containerd,
-    start_docker,
 )
 from fakes.kubernetes.cluster import FakeKubernetes
 
@@ -63,18 +63,8 @@ def _progress_on_terminal(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[DockerEngine]:
     """A private dockerd with the test base image; DOCKER_HOST points at it for the session."""
-    try:
-        engine = start_docker()
-    except EngineUnavailable as exc:
-        unavailable(f"docker engine: {exc}")
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = engine.url
-    yield engine
-    if previous is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = previous
-    engine.daemon.stop()
+    with session_docker_engine("the runtime tests") as engine:
+        yield engine
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from iris.time import wait_until
 
@@ -149,6 +152,29 @@ def _docker_ping(url: str) -> bool:
             client.close()
     except (docker.errors.DockerException, requests.exceptions.RequestException):
         return False
+
+
+@contextmanager
+def session_docker_engine(who: str) -> Iterator[DockerEngine]:
+    """The checkout's private dockerd (started here unless it already runs), with DOCKER_HOST pointing
+    at it while the block runs (`iris build` finds it there); stopped afterwards if this started it.
+    Without an engine the test fails in CI and is skipped elsewhere, naming `who` needed it."""
+    try:
+        engine = start_docker()
+    except EngineUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{who} need the docker engine: {exc}")
+        pytest.skip(f"docker engine: {exc}")
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = engine.url
+    try:
+        yield engine
+    finally:
+        if previous is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = previous
+        engine.daemon.stop()
 
 
 def start_docker() -> DockerEngine:
