@@ -95,3 +95,25 @@ def test_gcp_platform_create_slice_raises_quota_and_permission_at_once_and_creat
     spot.terminate()
     assert fake_gcp.nodes() == []
     platform.shutdown()
+
+
+def test_gcp_slice_terminated_while_creating_with_the_api_refusing_deletes_logs_and_leaves_the_node_labelled(
+    fake_gcp: FakeGcp, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    platform, config = _platform(fake_gcp, tmp_path)
+    template = config.scale_groups[GROUP].slice_template
+    bootstrap = config_pb2.BootstrapConfig(controller_address="http://10.0.0.1:10000", python_env="/nowhere")
+    handle = platform.create_slice(prepare_slice_config(template, GROUP, LABEL_PREFIX, ZONES[0], PROVIDER), bootstrap)
+    # Both deletes fail: terminate()'s own, and the one its bring-up makes once the create is done.
+    fake_gcp.fail_next("permission_denied", method="DELETE", path=r"/nodes/", times=2)
+
+    with caplog.at_level("WARNING", logger="iris.cluster.platform.gcp_tpu"):
+        with pytest.raises(GcpPermissionError, match="tpu.nodes.delete"):
+            handle.terminate()
+        wait_until(
+            lambda: "its node is left for reconcile" in caplog.text, 60, 0.2, "the bring-up to give up the delete"
+        )
+
+    [node] = fake_gcp.nodes()
+    assert node.labels[f"{LABEL_PREFIX}-managed"] == "true"
+    platform.shutdown()

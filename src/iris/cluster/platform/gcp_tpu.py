@@ -328,6 +328,19 @@ class GcpTpuSlices:
         if delete_first:
             self._transition(record, CloudSliceState.FAILED, reason.splitlines()[0])
 
+    def _delete_terminated_during_create(self, record: _SliceRecord) -> None:
+        """The slice was terminated while its create ran: delete the node the create made. If the
+        API is unreachable now, the node keeps the cluster's labels, so the next controller start
+        (reconcile) or `iris cluster debug cleanup` finds and deletes it."""
+        try:
+            self._delete_node(record.slice_id, record.zone)
+        except PlatformError as exc:
+            logger.warning(
+                "gcp slice %s: terminated while being created; its node is left for reconcile: %s",
+                record.slice_id,
+                exc,
+            )
+
     def _bring_up(
         self, record: _SliceRecord, call: g.GcloudCall, bootstrap_config: config_pb2.BootstrapConfig
     ) -> None:
@@ -341,7 +354,7 @@ class GcpTpuSlices:
             return
         if record.cancelled.is_set() or self._shutdown.is_set():
             if record.cancelled.is_set():
-                self._delete_node(record.slice_id, record.zone)
+                self._delete_terminated_during_create(record)
             return
         try:
             # `create` prints the node once its operation is done: described again only if it is
