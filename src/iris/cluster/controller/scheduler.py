@@ -98,6 +98,11 @@ class _Class:
     # Resource needs that found no room: capacity only shrinks in a pass, so a need at least as
     # large in every dimension cannot fit either.
     failed: list[Resources] = field(default_factory=list)
+    # Why no task of the class can run whatever its size ("" when some worker suits it): the
+    # device and constraints alone decide it, so every failed shape of the class shares it.
+    misfit: str | None = None
+    # Gang groups per (size buckets, group_by): distinct shapes of a class share a few buckets.
+    group_tallies: dict[tuple, Counter[str]] = field(default_factory=dict)
 
     def large_enough(self, need: Resources) -> list[list[WorkerCapacity]]:
         return [members for total, members in self.by_total.items() if need.fits_in(total)]
@@ -256,22 +261,13 @@ class _Pass:
 def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
     if not workers:
         return "no healthy workers are registered; start workers or wait for the autoscaler"
-    need = task.resources
-    if task.device is not None:
-        capable = state.matching(TaskDemand("", "", need, task.device))[0]
-        if not capable:
-            offered = Counter(w.device.describe() for w in workers if w.device is not None)
-            others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
-            return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
-        workers = capable
-    ids = state.all_ids if task.device is None else state.matching(TaskDemand("", "", need, task.device))[1]
-    for constraint in task.constraints:
-        if not (state.holding(constraint) & ids):
-            return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
     task_class = state.task_class(task)
+    if task_class.misfit is None:
+        task_class.misfit = _class_misfit(task, workers, state)
+    if task_class.misfit:
+        return task_class.misfit
+    need = task.resources
     candidates = task_class.members
-    if not candidates:
-        return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
     able = sum(len(members) for members in task_class.large_enough(need))
     if not able:
         largest = max(candidates, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
@@ -282,6 +278,25 @@ def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: 
         )
     what = task.device.describe() + ", " if task.device else ""
     return f"waiting for capacity: the {able} worker(s) that could run it ({what}{need.describe()}) are busy"
+
+
+def _class_misfit(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
+    """Why no worker suits the task's device and constraints, or "" when some worker does."""
+    if task.device is not None:
+        capable, ids = state.matching(TaskDemand("", "", task.resources, task.device))
+        if not capable:
+            offered = Counter(w.device.describe() for w in workers if w.device is not None)
+            others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
+            return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
+        workers = capable
+    else:
+        ids = state.all_ids
+    for constraint in task.constraints:
+        if not (state.holding(constraint) & ids):
+            return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
+    if not state.task_class(task).members:
+        return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
+    return ""
 
 
 def _shortfall(need: Resources, have: Resources) -> list[str]:
@@ -299,12 +314,16 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
     task = gang[0]
     group_by = task.gang_group_by
     size = len(gang)
-    buckets = state.task_class(task).large_enough(task.resources)
+    task_class = state.task_class(task)
+    buckets = task_class.large_enough(task.resources)
     if not buckets:
         return f"gang of {size}: " + _unplaceable_reason(task, workers, state)
-    groups: Counter[str] = Counter()
-    for members in buckets:
-        groups.update(state.group_counts(members, group_by))
+    tally_key = (tuple(id(members) for members in buckets), group_by)
+    groups = task_class.group_tallies.get(tally_key)
+    if groups is None:
+        groups = task_class.group_tallies[tally_key] = Counter()
+        for members in buckets:
+            groups.update(state.group_counts(members, group_by))
     if not groups:
         able = sum(len(members) for members in buckets)
         return f"gang of {size} needs workers with attribute '{group_by}'; none of the {able} suitable worker(s) have it"
