@@ -133,6 +133,11 @@ class _Pass:
         self._group_counts: dict[tuple[int, str], Counter[str]] = {}
         self._groups: dict[str, list[tuple[str, list[WorkerCapacity]]]] = {}
         self.all_ids = frozenset(range(len(workers)))
+        # Workers by total size, so a class splits its members by size with a few set intersections.
+        by_total: dict[Resources, set[int]] = {}
+        for i, w in enumerate(workers):
+            by_total.setdefault(w.total, set()).add(i)
+        self._by_total = {total: frozenset(ids) for total, ids in by_total.items()}
 
     def dominated(self, task: TaskDemand) -> bool:
         return any(r.fits_in(task.resources) for r in self.task_class(task).failed)
@@ -194,16 +199,17 @@ class _Pass:
             ids = self.with_device(task.device) if task.device is not None else None
             for constraint in task.constraints:
                 ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
-            members = self.workers if ids is None else [self.workers[i] for i in sorted(ids)]
-            by_total: dict[Resources, list[WorkerCapacity]] = {}
-            for w in members:
-                by_total.setdefault(w.total, []).append(w)
+            ids = self.all_ids if ids is None else ids
+            members = self.workers if ids is self.all_ids else [self.workers[i] for i in sorted(ids)]
+            by_total = {}
+            for total, sized in self._by_total.items():
+                chosen = sized & ids
+                if chosen:
+                    by_total[total] = [self.workers[i] for i in sorted(chosen)]
             free = [self.free[w.worker_id] for w in members]
             most_free = Resources(*(max(column, default=0) for column in zip(*free, strict=True)))
             chips = max((self.device_free[w.worker_id] for w in members), default=0)
-            found = self._classes[key] = _Class(
-                members, self.all_ids if ids is None else ids, most_free, chips, by_total
-            )
+            found = self._classes[key] = _Class(members, ids, most_free, chips, by_total)
         self._last_class = (task.device, task.constraints, found)
         return found
 
