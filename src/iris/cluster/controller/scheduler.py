@@ -104,6 +104,9 @@ class _Class:
     # Gang groups per (size buckets, group_by): distinct shapes of a class share a few buckets.
     group_tallies: dict[tuple, Counter[str]] = field(default_factory=dict)
 
+    def dominated(self, need: Resources) -> bool:
+        return any(r.fits_in(need) for r in self.failed)
+
     def large_enough(self, need: Resources) -> list[list[WorkerCapacity]]:
         return [members for total, members in self.by_total.items() if need.fits_in(total)]
 
@@ -138,9 +141,6 @@ class _Pass:
         for i, w in enumerate(workers):
             by_total.setdefault(w.total, set()).add(i)
         self._by_total = {total: frozenset(ids) for total, ids in by_total.items()}
-
-    def dominated(self, task: TaskDemand) -> bool:
-        return any(r.fits_in(task.resources) for r in self.task_class(task).failed)
 
     def holding(self, constraint: Constraint) -> frozenset[int]:
         """Workers on which the constraint holds. A constraint reads one attribute, so it is
@@ -355,7 +355,7 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
 # ---------------------------------------------------------------- placement
 
 
-def _place_single(task: TaskDemand, state: _Pass) -> WorkerCapacity | None:
+def _place_single(task: TaskDemand, task_class: _Class, state: _Pass) -> WorkerCapacity | None:
     """The next worker with room now, round-robin over the workers whose device and attributes
     suit the task.
 
@@ -365,7 +365,6 @@ def _place_single(task: TaskDemand, state: _Pass) -> WorkerCapacity | None:
     """
     if not state.could_fit(task):
         return None
-    task_class = state.task_class(task)
     eligible = task_class.eligible
     if eligible is None:
         # Emptiest first, so the first placements of a pass go where there is most room.
@@ -430,6 +429,7 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
     pending: dict[str, str] = {}
     unfit_shapes: dict[tuple, str] = {}
     unfit_gangs: dict[tuple, tuple[int, str]] = {}
+    last_failed: tuple = (None, None, None, None)
     for unit in _units(tasks):
         if unit[0].gang_group_by:
             # Like single tasks: a gang that found no room rules out every later gang of the same
@@ -451,13 +451,21 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
                 assignments.append((task.task_id, worker.worker_id))
             continue
         task = unit[0]
-        reason = unfit_shapes.get(task.shape())
-        if reason is not None:
-            pending[task.task_id] = reason
-            continue
-        worker = None if state.dominated(task) else _place_single(task, state)
+        task_class = state.task_class(task)
+        # A shape that failed put its resources in its class's failures: a class without any
+        # spares the lookup, and consecutive tasks of one job share the shape's objects.
+        if task_class.failed:
+            if task.resources is last_failed[0] and task.constraints is last_failed[1] and task.device is last_failed[2]:
+                reason = last_failed[3]
+            else:
+                reason = unfit_shapes.get(task.shape())
+            if reason is not None:
+                last_failed = (task.resources, task.constraints, task.device, reason)
+                pending[task.task_id] = reason
+                continue
+        worker = None if task_class.dominated(task.resources) else _place_single(task, task_class, state)
         if worker is None:
-            state.task_class(task).failed.append(task.resources)
+            task_class.failed.append(task.resources)
             reason = _unplaceable_reason(task, workers, state)
             unfit_shapes[task.shape()] = reason
             pending[task.task_id] = reason
