@@ -104,6 +104,12 @@ class _Class:
     # Gang groups per (size buckets, group_by): distinct shapes of a class share a few buckets.
     group_tallies: dict[tuple, Counter[str]] = field(default_factory=dict)
 
+    def could_fit(self, task: TaskDemand) -> bool:
+        """False when no member can have room for the task now (a cheap bound)."""
+        if not task.resources.fits_in(self.most_free):
+            return False
+        return task.device is None or not task.device.count or task.device.count <= self.most_device_free
+
     def dominated(self, need: Resources) -> bool:
         return any(r.fits_in(need) for r in self.failed)
 
@@ -214,11 +220,7 @@ class _Pass:
         return found
 
     def could_fit(self, task: TaskDemand) -> bool:
-        """False when no worker of the task's class can have room for it now (a cheap bound)."""
-        found = self.task_class(task)
-        if not task.resources.fits_in(found.most_free):
-            return False
-        return task.device is None or not task.device.count or task.device.count <= found.most_device_free
+        return self.task_class(task).could_fit(task)
 
     def group_counts(self, members: list[WorkerCapacity], group_by: str) -> Counter[str]:
         """How many of `members` (a list the pass keeps) carry each value of `group_by`."""
@@ -363,7 +365,7 @@ def _place_single(task: TaskDemand, task_class: _Class, state: _Pass) -> WorkerC
     placement cost a few checks instead of a scan of every worker, which matters with thousands of
     each. Room now (free >= need) implies the worker is large enough, so no size filter is needed.
     """
-    if not state.could_fit(task):
+    if not task_class.could_fit(task):
         return None
     eligible = task_class.eligible
     if eligible is None:
@@ -371,9 +373,15 @@ def _place_single(task: TaskDemand, task_class: _Class, state: _Pass) -> WorkerC
         eligible = task_class.eligible = sorted(task_class.members, key=lambda w: -state.free[w.worker_id][0])
     count = len(eligible)
     start = task_class.cursor
+    # The cpu, memory and disk test of `fits_now` inline: this loop runs for every placement.
+    cpu, memory, disk = task.resources.cpu_millicores, task.resources.memory_bytes, task.resources.disk_bytes
+    free = state.free
     for offset in range(count):
         worker = eligible[(start + offset) % count]
-        if state.fits_now(task, worker):
+        room = free[worker.worker_id]
+        if cpu > room[0] or memory > room[1] or disk > room[2]:
+            continue
+        if task.device is None or state.fits_now(task, worker):
             task_class.cursor = (start + offset + 1) % count
             return worker
     return None
@@ -387,12 +395,17 @@ def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | 
         return None
     _, suitable = state.matching(task)
     need = task.resources
+    cpu, memory, disk = need.cpu_millicores, need.memory_bytes, need.disk_bytes
+    free, position = state.free, state.position
     for _, members in state.groups(task.gang_group_by):
         if len(members) < size:
             continue
         chosen = []
         for w in members:
-            if state.position[w.worker_id] in suitable and need.fits_in(w.total) and state.fits_now(task, w):
+            room = free[w.worker_id]  # the resource test of `fits_now` first, inline: it rules out most
+            if cpu > room[0] or memory > room[1] or disk > room[2] or position[w.worker_id] not in suitable:
+                continue
+            if need.fits_in(w.total) and (task.device is None or state.fits_now(task, w)):
                 chosen.append(w)
                 if len(chosen) == size:
                     return chosen
