@@ -815,3 +815,37 @@ def test_find_assignments_property_waiting_reason_only_when_some_worker_could_ru
             continue
         could = any(_oracle_could_ever_run(t, w) for w in workers)
         assert reason.startswith(WAITING) == could, (t, [w.device for w in workers], reason)
+
+
+def test_find_assignments_failed_job_interleaved_with_fitting_job_of_same_class_keeps_each_outcome():
+    # Each job's tasks share one shape's objects, as the store builds them; the failed shape's
+    # reason is reused only for tasks of that shape.
+    big = demand("/big/0", cpu=8000, constraints=(C("zone=a"),))
+    small = demand("/small/0", cpu=1000, constraints=big.constraints)
+    tasks = [big, small, big.for_task("/big/1"), small.for_task("/small/1"), big.for_task("/big/2")]
+    workers = [host("w0", attributes={"zone": "a"}), host("w1", attributes={"zone": "a"})]
+
+    result = find_assignments(tasks, workers)
+
+    assert sorted(placed(result)) == ["/small/0", "/small/1"]
+    assert sorted(result.pending_reasons) == ["/big/0", "/big/1", "/big/2"]
+    assert len(set(result.pending_reasons.values())) == 1
+    assert result.pending_reasons["/big/0"].startswith(NOT_LARGE_ENOUGH)
+
+
+def test_find_assignments_shapes_sharing_an_unmet_constraint_each_name_it():
+    nowhere = (C("zone=mars"),)
+    tasks = [
+        demand("/a/0", cpu=500, constraints=nowhere),
+        demand("/b/0", cpu=2000, memory=2 * GB, constraints=nowhere),
+        demand("/c/0", cpu=500),
+    ]
+    workers = [host("w0", attributes={"zone": "a"}), host("w1", attributes={"zone": "b"})]
+
+    result = find_assignments(tasks, workers)
+
+    assert placed(result) == {"/c/0": "w0"}
+    for task_id in ("/a/0", "/b/0"):
+        assert result.pending_reasons[task_id] == (
+            f"no worker satisfies constraint {nowhere[0].describe()} (2 worker(s) checked)"
+        )
