@@ -219,7 +219,8 @@ def table(measurements: list[Measurement]) -> str:
         rows.append(
             f"| {m.scenario} | {m.tasks:,} | {m.workers:,} | {m.gangs} | {len(m.result.assignments):,} | "
             f"{len(m.result.pending_reasons):,} | {statistics.median(m.times_ms):.1f} | "
-            f"{percentile(m.times_ms, 99):.1f} | {max(m.times_ms):.1f} | {statistics.median(m.cpu_ms):.1f} | <= {TARGET_MS:.0f} ms |"
+            f"{percentile(m.times_ms, 99):.1f} | {max(m.times_ms):.1f} | "
+            f"{statistics.median(m.cpu_ms):.1f} | <= {TARGET_MS:.0f} ms |"
         )
     return "\n".join(rows)
 

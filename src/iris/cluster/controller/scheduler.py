@@ -468,7 +468,8 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
         # A shape that failed put its resources in its class's failures: a class without any
         # spares the lookup, and consecutive tasks of one job share the shape's objects.
         if task_class.failed:
-            if task.resources is last_failed[0] and task.constraints is last_failed[1] and task.device is last_failed[2]:
+            same_objects = task.resources is last_failed[0] and task.constraints is last_failed[1]
+            if same_objects and task.device is last_failed[2]:
                 reason = last_failed[3]
             else:
                 reason = unfit_shapes.get(task.shape())
