@@ -455,20 +455,8 @@ class CoreweavePlatform:
         except PlatformError as exc:
             self._transition(record, CloudSliceState.FAILED, f"the worker Pod was refused: {exc}")
             return
-        if not self._transition(record, CloudSliceState.BOOTSTRAPPING):
-            return
-        deadline = time.monotonic() + self._pod_ready_timeout
-        while not self._shutdown.is_set() and record.state == CloudSliceState.BOOTSTRAPPING:
-            try:
-                self.refresh(record)
-            except PlatformError as exc:
-                logger.warning("coreweave slice %s: %s", record.slice_id, exc)
-            if record.state != CloudSliceState.BOOTSTRAPPING:
-                break
-            if time.monotonic() >= deadline:
-                self._fail(record, f"the worker Pod was not ready within {self._pod_ready_timeout:.0f}s")
-                break
-            time.sleep(_POLL_SECONDS)
+        if self._transition(record, CloudSliceState.BOOTSTRAPPING):
+            self._follow(record)
 
     def refresh(self, record: _SliceRecord) -> _SliceRecord:
         """Bring a live slice's state up to date with its Pod (readiness, early failures, loss)."""
@@ -545,14 +533,19 @@ class CoreweavePlatform:
         return record
 
     def _follow(self, record: _SliceRecord) -> None:
+        """Follow a BOOTSTRAPPING slice's Pod (a new one, or one found at controller start) until it
+        is ready or has failed, failing it when it is not ready within pod_ready_timeout."""
         deadline = time.monotonic() + self._pod_ready_timeout
         while not self._shutdown.is_set() and record.state == CloudSliceState.BOOTSTRAPPING:
             try:
                 self.refresh(record)
             except PlatformError as exc:
                 logger.warning("coreweave slice %s: %s", record.slice_id, exc)
-            if record.state == CloudSliceState.BOOTSTRAPPING and time.monotonic() >= deadline:
+            if record.state != CloudSliceState.BOOTSTRAPPING:
+                return
+            if time.monotonic() >= deadline:
                 self._fail(record, f"the worker Pod was not ready within {self._pod_ready_timeout:.0f}s")
+                return
             time.sleep(_POLL_SECONDS)
 
     def worker_logs(self, worker_id: str, tail_lines: int) -> str:
