@@ -35,6 +35,7 @@ from iris.cluster.platform.base import (
     PlatformUnavailableError,
     QuotaExhaustedError,
     ResourceNotFoundError,
+    SliceRecordView,
     SliceStatus,
     VmLogKind,
     WorkerStatus,
@@ -151,26 +152,14 @@ class _SliceRecord:
     describe_calls: int = 0
 
 
-class FakeSliceHandle:
+class FakeSliceHandle(SliceRecordView):
     def __init__(self, platform: FakeCloudPlatform, record: _SliceRecord):
         self._platform = platform
         self._record = record
 
     @property
-    def slice_id(self) -> str:
-        return self._record.slice_id
-
-    @property
     def zone(self) -> str:
         return self._record.zone
-
-    @property
-    def scale_group(self) -> str:
-        return self._record.scale_group
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return dict(self._record.labels)
 
     @property
     def created_at(self) -> Timestamp:
