@@ -25,6 +25,7 @@ from iris.cluster.controller.lifecycle import (
     start_controller,
     stop_controller,
 )
+from iris.cluster.controller.state_lock import StateDirInUse
 from iris.cluster.http_server import PortInUseError
 from iris.cluster.local_cluster import LocalCluster
 from iris.cluster.platform.base import PlatformError
@@ -137,6 +138,12 @@ def run_local(ctx: click.Context, port: int | None) -> None:
     try:
         try:
             local.start(progress=lambda message: click.echo(f"iris: {message}", err=True), timeout=START_TIMEOUT_S)
+        except StateDirInUse as exc:
+            # Two run-locals started together both find no URL file; the state lock lets only one win.
+            raise click.ClickException(
+                f"cluster '{config.name}' is already running: {exc}; stop it first: "
+                f"iris cluster --config {config_path} stop"
+            ) from None
         except PortInUseError as exc:
             raise click.ClickException(
                 f"{exc}: another Iris cluster or program holds the port; stop it, or set controller.local.port "

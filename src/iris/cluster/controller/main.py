@@ -33,6 +33,7 @@ from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.dashboard import dashboard_routes
 from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.settings import DaemonSettings
+from iris.cluster.controller.state_lock import StateDirInUse, StateDirLock
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
 from iris.cluster.platform.base import PlatformError
@@ -61,6 +62,14 @@ class ControllerDaemon:
         self.settings = settings
         self.state_dir = settings.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._state_lock = StateDirLock(self.state_dir)
+        try:
+            self._build(settings)
+        except BaseException:
+            self._state_lock.release()
+            raise
+
+    def _build(self, settings: DaemonSettings) -> None:
         self._sock = bind_socket(settings.host, settings.port)
         self.url = url_for(self._sock, settings.advertise_host)
         self.store = ControllerStore(self.state_dir / "controller.sqlite3")
@@ -134,6 +143,7 @@ class ControllerDaemon:
     def stop(self) -> None:
         self._server.stop()
         self.store.close()
+        self._state_lock.release()
 
 
 def _token_verifier(auth: config_pb2.AuthConfig, state_dir: Path) -> TokenVerifier | None:
@@ -178,7 +188,7 @@ def serve(
             advertise_host=advertise_host,
         )
         daemon = ControllerDaemon(settings)
-    except (ConfigError, ValueError, PortInUseError, PlatformError) as exc:
+    except (ConfigError, ValueError, PortInUseError, PlatformError, StateDirInUse) as exc:
         raise click.ClickException(str(exc)) from None
     logger.info("controller serving on %s (state in %s)", daemon.url, daemon.state_dir)
     print(f"IRIS_CONTROLLER_READY {daemon.url}", flush=True)
