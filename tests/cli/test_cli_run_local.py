@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 from cli_support import IrisRunner, pid_alive, send_ctrl_c, wait_for_file_text
 
 from iris.time import wait_until
@@ -96,6 +97,33 @@ def test_run_local_ctrl_c_kills_job_and_exits_130(iris: IrisRunner, tmp_path: Pa
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        if job_pid is not None and pid_alive(job_pid):
+            os.kill(job_pid, signal.SIGKILL)
+
+
+def test_run_local_killed_by_sigkill_takes_its_worker_and_job_with_it(iris: IrisRunner, tmp_path: Path) -> None:
+    pid_file = tmp_path / "job.pid"
+    args = ("run", "--local", "--", "sh", "-c", f"echo $$ > {pid_file}; exec sleep 600")
+    process = iris.popen(*args)
+    job_pid = None
+    workers: list[psutil.Process] = []
+    try:
+        job_pid = int(wait_for_file_text(pid_file, timeout=60))
+        workers = [p for p in psutil.Process(process.pid).children() if "iris.cluster.worker.main" in p.cmdline()]
+        assert workers, "no worker process under `iris run --local`"
+
+        process.send_signal(signal.SIGKILL)  # no handler runs: only the worker can notice
+        process.wait(30)
+
+        wait_until(lambda: not any(w.is_running() for w in workers), 30, 0.05, "the worker to stop")
+        wait_until(lambda: not pid_alive(job_pid), 30, 0.05, f"job process {job_pid} to exit")
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        for worker in workers:
+            if worker.is_running():
+                worker.kill()
         if job_pid is not None and pid_alive(job_pid):
             os.kill(job_pid, signal.SIGKILL)
 

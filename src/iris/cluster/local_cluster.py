@@ -9,6 +9,7 @@ scale groups, a fixed list of worker daemons is started (`IrisClient.local(worke
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import tempfile
@@ -103,7 +104,8 @@ class LocalCluster:
         worker_token = self.daemon.worker_token()
         if worker_token:
             env[task_env.WORKER_TOKEN] = worker_token
-        process = spawn_worker(spec, self.daemon.url, work_dir, kill_grace, env)
+        # Fixed workers are not slices: no later controller adopts them, so they end with this process.
+        process = spawn_worker(spec, self.daemon.url, work_dir, kill_grace, env, exit_with_pid=os.getpid())
         self.worker_processes[spec.worker_id] = process
         return process
 

@@ -64,9 +64,15 @@ class LocalWorkerSpec:
 
 
 def spawn_worker(
-    spec: LocalWorkerSpec, controller_url: str, work_dir: Path, kill_grace_s: float, env: dict[str, str] | None = None
+    spec: LocalWorkerSpec,
+    controller_url: str,
+    work_dir: Path,
+    kill_grace_s: float,
+    env: dict[str, str] | None = None,
+    exit_with_pid: int | None = None,
 ) -> subprocess.Popen:
-    """Start a worker daemon on a free port; its output goes to <work_dir>/worker.log."""
+    """Start a worker daemon on a free port; its output goes to <work_dir>/worker.log. With
+    `exit_with_pid` the worker stops when that process ends; without, it outlives its starter."""
     work_dir.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "iris.cluster.worker.main", "serve",
@@ -81,6 +87,8 @@ def spawn_worker(
     if spec.slice_id:
         cmd += ["--slice-id", spec.slice_id]
     cmd += worker_offer_flags(spec.attributes, spec.cpu, spec.memory_bytes, spec.tpu_variant, spec.gpu_spec)
+    if exit_with_pid is not None:
+        cmd += ["--exit-with-pid", str(exit_with_pid)]
     with open(work_dir / "worker.log", "ab") as log:
         return subprocess.Popen(
             cmd,
@@ -88,7 +96,8 @@ def spawn_worker(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
-            # Workers outlive a crashed controller (to be re-adopted) and ignore the terminal's Ctrl-C.
+            # Slices' workers outlive a crashed controller (to be re-adopted); no worker takes the
+            # terminal's Ctrl-C.
             start_new_session=True,
         )
 

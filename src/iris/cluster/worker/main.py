@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -81,6 +84,22 @@ def _device_from_flags(tpu_variant: str | None, gpu_spec: str | None) -> pb.Devi
     return None
 
 
+def _stop_when_process_ends(pid: int) -> None:
+    """Stop gracefully (tasks killed, as on SIGTERM) once process `pid` has ended, however it ended."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None
+
+    def watch() -> None:
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+        logger.info("process %d, which this worker belongs to, has ended: stopping", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-pid", daemon=True).start()
+
+
 @click.group()
 def cli() -> None:
     """The Iris worker daemon."""
@@ -117,6 +136,13 @@ def cli() -> None:
 )
 @click.option("--tpu", "tpu_variant", help="This host is part of a TPU slice of this variant, e.g. v5litepod-16.")
 @click.option("--gpu", "gpu_spec", help="GPUs this host offers, e.g. H100x8.")
+@click.option(
+    "--exit-with-pid",
+    type=int,
+    default=None,
+    help="Stop (killing its tasks) when this process ends, even by SIGKILL: for a worker that belongs to one "
+    "program, such as `iris run --local`, and must not outlive it.",
+)
 def serve(
     config_path: str | None,
     controller_address: str | None,
@@ -134,6 +160,7 @@ def serve(
     kill_grace: float | None,
     tpu_variant: str | None,
     gpu_spec: str | None,
+    exit_with_pid: int | None,
 ) -> None:
     """Register with the controller and run the tasks it sends."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -214,6 +241,8 @@ def serve(
     )
     server = HttpServer(app, sock)
     worker.start()
+    if exit_with_pid is not None:
+        _stop_when_process_ends(exit_with_pid)
     logger.info("worker %s serving on %s (runtime %s)", settings.worker_id, address, options.runtime)
     print(f"IRIS_WORKER_READY {address}", flush=True)
     server.serve_forever()
