@@ -17,10 +17,11 @@ from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.types import Entrypoint
 from iris.rpc import cluster_pb2 as pb
+from iris.time import wait_until
 
 
 @pytest.fixture(scope="module")
-def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerDaemon]:
     root: Path = tmp_path_factory.mktemp("status-wait")
     daemon = ControllerDaemon(
         DaemonSettings.from_config(
@@ -29,9 +30,14 @@ def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     daemon.start_in_thread()
     try:
-        yield daemon.url
+        yield daemon
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+def controller_url(daemon: ControllerDaemon) -> str:
+    return daemon.url
 
 
 @pytest.fixture
@@ -40,9 +46,10 @@ def client(controller_url: str) -> Iterator[IrisClient]:
         yield client
 
 
-def _kill_later(job, delay_s: float) -> threading.Thread:
+def _kill_once_waited_on(daemon: ControllerDaemon, job) -> threading.Thread:
     def kill() -> None:
-        time.sleep(delay_s)  # the waiter must be inside its call when the job changes
+        # The change must happen while the waiting call is parked in the controller.
+        wait_until(lambda: daemon.controller.job_watch.is_watched(job.job_id), 20, 0.01, "a caller waiting for the job")
         job.terminate("stopped by the test")
 
     thread = threading.Thread(target=kill, daemon=True)
@@ -50,9 +57,9 @@ def _kill_later(job, delay_s: float) -> threading.Thread:
     return thread
 
 
-def test_get_job_status_wait_answers_when_the_job_changes_state(client: IrisClient) -> None:
+def test_get_job_status_wait_answers_when_the_job_changes_state(daemon: ControllerDaemon, client: IrisClient) -> None:
     job = client.submit(Entrypoint.from_command("true"), name="wait-for-kill")
-    killer = _kill_later(job, 0.5)
+    killer = _kill_once_waited_on(daemon, job)
     started = time.monotonic()
 
     request = pb.GetJobStatusRequest(job_id=job.job_id, known_state=pb.JOB_STATE_PENDING, wait_ms=20_000)
@@ -83,7 +90,7 @@ def test_get_job_status_negative_wait_is_invalid_argument(client: IrisClient) ->
     job.terminate()
 
 
-def test_job_wait_makes_one_call_per_change_instead_of_polling(client: IrisClient) -> None:
+def test_job_wait_makes_one_call_per_change_instead_of_polling(daemon: ControllerDaemon, client: IrisClient) -> None:
     job = client.submit(Entrypoint.from_command("true"), name="wait-no-polling")
     calls = []
     ask = client.call_riding_out_restarts
@@ -93,7 +100,7 @@ def test_job_wait_makes_one_call_per_change_instead_of_polling(client: IrisClien
         return ask(method, request)
 
     client.call_riding_out_restarts = counting
-    killer = _kill_later(job, 1.0)
+    killer = _kill_once_waited_on(daemon, job)
 
     status = job.wait(timeout=30, raise_on_failure=False, poll_interval=0.02)
 

@@ -101,7 +101,9 @@ class ProcessCluster:
                 healthy = {w.worker_id for w in client.list_workers() if w.state == pb.WORKER_STATE_HEALTHY}
                 return set(worker_ids) <= healthy
 
-            wait_until(ready, 30, 0.05, f"workers {worker_ids} to register")
+            # Each worker is a Python process importing the daemon: a dozen of them starting at once
+            # on two busy cores take most of a minute.
+            wait_until(ready, 120, 0.05, f"workers {worker_ids} to register")
 
     def kill_controller(self) -> None:
         assert self.controller is not None

@@ -30,6 +30,10 @@ class JobWatch:
         except RuntimeError:  # the loop has closed: nobody is waiting any more
             pass
 
+    def is_watched(self, job_id: str) -> bool:
+        """Whether a caller is waiting for `job_id` right now."""
+        return job_id in self._waiters
+
     def _wake(self, job_id: str) -> None:
         for event in self._waiters.get(job_id, ()):
             event.set()
