@@ -279,8 +279,11 @@ class StoreReads(StoreBase):
                 total = self._count_in_states(db, state_list)
             page_sql = self._page_sql(db, filters.order, page_where, prefix_at, total, offset + limit)
             rows = db.execute(page_sql, [*page_params, limit, offset]).fetchall()
-            jobs = [render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows]
-            ids = [job.job_id for job in jobs]
+            ids = [r["job_id"] for r in rows]
+            # One query for the page's task counts, and each request from its row (cached or
+            # parsed), instead of two queries per listed job.
+            task_counts = render.task_counts_by_job(db, ids)
+            jobs = [render.job_status(db, r, self.request_of(r), False, task_counts[r["job_id"]]) for r in rows]
             children = dict(
                 db.execute(
                     f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
