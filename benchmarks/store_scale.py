@@ -1,7 +1,10 @@
 """Store at scale: ListJobs and GetJobStatus through the RPC of a ControllerDaemon whose store holds
 100,000 jobs.
 
-Run: uv run python -m benchmarks.store_scale [--jobs N] [--queries Q]
+Run: uv run python -m benchmarks.store_scale [--jobs N] [--queries Q] [--state-dir DIR]
+
+`--state-dir` measures a store filled before (a million jobs take many minutes to fill on a
+busy machine), so that two versions of the controller can be compared on copies of one store.
 
 The store is filled in bulk, with the rows `ControllerStore.create_job` and the job's life would
 have left: jobs (with their stored LaunchJobRequest), tasks, attempts and the transition history.
