@@ -1,7 +1,10 @@
 """Store at scale: ListJobs and GetJobStatus through the RPC of a ControllerDaemon whose store holds
 100,000 jobs.
 
-Run: uv run python -m benchmarks.store_scale [--jobs N] [--queries Q]
+Run: uv run python -m benchmarks.store_scale [--jobs N] [--queries Q] [--state-dir DIR]
+
+`--state-dir` measures a store filled before (a million jobs take many minutes to fill on a
+busy machine), so that two versions of the controller can be compared on copies of one store.
 
 The store is filled in bulk, with the rows `ControllerStore.create_job` and the job's life would
 have left: jobs (with their stored LaunchJobRequest), tasks, attempts and the transition history.
@@ -186,14 +189,21 @@ def time_calls(call: Callable[[int], object], count: int) -> list[float]:
     return times
 
 
-def measure(jobs: int, queries: int, seed: int = 7) -> tuple[dict[str, list[float]], dict[int, int], dict[str, float]]:
-    """Times per query kind in ms, jobs per state, and the seconds the bulk fill took."""
+def measure(
+    jobs: int, queries: int, seed: int = 7, filled_state_dir: Path | None = None
+) -> tuple[dict[str, list[float]], dict[int, int], dict[str, float]]:
+    """Times per query kind in ms, jobs per state, and the seconds the bulk fill took. With
+    `filled_state_dir`, the store already there is measured as it is (no fill; `jobs` unused)."""
     with tempfile.TemporaryDirectory(prefix="iris-bench-store-") as tmp, owned_processes():
-        state_dir = Path(tmp) / "controller"
-        state_dir.mkdir()
-        began = time.perf_counter()
+        state_dir = filled_state_dir or Path(tmp) / "controller"
         store_path = state_dir / "controller.sqlite3"
-        counts = build_store(store_path, jobs, seed)
+        began = time.perf_counter()
+        if filled_state_dir is None:
+            state_dir.mkdir()
+            counts = build_store(store_path, jobs, seed)
+        else:
+            with sqlite3.connect(store_path) as db:
+                counts = dict(db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
         fill_s = time.perf_counter() - began
         store_bytes = store_path.stat().st_size
         began = time.perf_counter()
@@ -278,11 +288,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="measure the store already in this directory (its controller.sqlite3) instead of filling one;"
+        " the controller opens it in place, so its migrations apply to it",
+    )
     args = parser.parse_args()
     become_subreaper()
-    times, counts, sizes = measure(args.jobs, args.queries)
+    times, counts, sizes = measure(args.jobs, args.queries, filled_state_dir=args.state_dir)
     print(
-        f"filled {args.jobs:,} jobs in {sizes['fill_s']:.1f} s; store {sizes['store_mb']:,.0f} MB; "
+        f"{sum(counts.values()):,} jobs (filled in {sizes['fill_s']:.1f} s); store {sizes['store_mb']:,.0f} MB; "
         f"restart {sizes['restart_s']:.2f} s; per state: {counts}\n"
     )
     print("| query | n | median (ms) | p99 (ms) |\n|---|---|---|---|")

@@ -8,20 +8,23 @@ it. Daemons and the CLI call `load_and_validate`.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from iris.cluster.limits import limits_from_config
 from iris.rpc import config_pb2, time_pb2
 from iris.time import Duration
+
+if TYPE_CHECKING:
+    import yaml
 
 DEFAULT_CLUSTER_NAME = "iris"
 DEFAULT_LABEL_PREFIX = "iris"
@@ -158,22 +161,29 @@ def _format_size_exactly(num_bytes: int) -> str | int:
 # ---------------------------------------------------------------- loading
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, which PyYAML otherwise resolves silently to the last."""
+@functools.cache
+def _strict_loader() -> type[yaml.SafeLoader]:
+    """A SafeLoader that refuses duplicate keys, which PyYAML otherwise resolves silently to the
+    last. Built on first use: PyYAML is imported by what reads a config file, not by every
+    command that imports this module."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            # Keys pulled in by a `<<:` merge may be overridden; only literal repeats are mistakes.
-            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
-                continue
-            key = self.construct_object(key_node)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                # Keys pulled in by a `<<:` merge may be overridden; only literal repeats are mistakes.
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
 
 
 def load_config(path: str | Path) -> config_pb2.IrisClusterConfig:
@@ -183,14 +193,18 @@ def load_config(path: str | Path) -> config_pb2.IrisClusterConfig:
         text = Path(path).read_text()
     except OSError as e:
         raise ConfigError(source, "", f"cannot read config file: {e.strerror or e}") from e
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(text, Loader=_strict_loader())
     except yaml.YAMLError as e:
         raise ConfigError(source, "", _describe_yaml_error(e)) from e
     return load_config_from_dict({} if data is None else data, source=source)
 
 
 def _describe_yaml_error(error: yaml.YAMLError) -> str:
+    import yaml
+
     if not isinstance(error, yaml.MarkedYAMLError):
         return f"invalid YAML: {error}"
     mark = error.problem_mark or error.context_mark

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import fsspec
-
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
@@ -139,6 +137,10 @@ def _endpoint_for(scheme: str) -> str | None:
 
 def filesystem_for(uri: str) -> tuple[AbstractFileSystem, str]:
     """Return the fsspec filesystem serving `uri` and the path to pass to it."""
+    # fsspec is imported on first use: local files are read and written without it, and a
+    # controller or worker that only ever sees file:// URIs starts without paying for it.
+    import fsspec
+
     scheme, rest = _split_scheme(uri)
     if scheme == "file":
         return fsspec.filesystem("file"), rest

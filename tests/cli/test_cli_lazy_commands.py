@@ -32,3 +32,40 @@ def test_cli_cluster_help_loads_its_module_and_keeps_config_and_traceback_option
 
     assert "--config" in result.stdout and "--traceback" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "iris.cli.cluster"
+
+
+# What `iris run` must not import to start: the cloud platforms and their clients, the table
+# renderer, YAML, fsspec. `--local` adds the controller and the local platform, nothing more.
+NEVER_ON_THE_RUN_PATH = (
+    "httpx",
+    "rich",
+    "fsspec",
+    "kubernetes",
+    "iris.cluster.platform.gcp",
+    "iris.cluster.platform.coreweave",
+    "iris.cluster.platform.manual",
+    "iris.cluster.runtime.kubernetes",
+)
+RUN_PATH_PROBE = """
+import sys
+from iris.cli.app import iris
+try:
+    iris(["run", "--help"], prog_name="iris", standalone_mode=False)
+except SystemExit:
+    pass
+remote = set(sys.modules)
+import iris.cluster.local_cluster, iris.cluster.controller.main
+local = set(sys.modules)
+never = {never!r}
+print(",".join(sorted(m for m in remote if m.startswith(never + ("iris.cluster.controller", "yaml")))))
+print(",".join(sorted(m for m in local if m.startswith(never))))
+"""
+
+
+def test_cli_run_import_path_leaves_out_platforms_renderer_and_controller() -> None:
+    code = RUN_PATH_PROBE.format(never=NEVER_ON_THE_RUN_PATH)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    remote_extra, local_extra = result.stdout.splitlines()[-2:]
+
+    assert remote_extra == "", f"`iris run` imports {remote_extra}"
+    assert local_extra == "", f"`iris run --local` imports {local_extra} before it starts the controller"

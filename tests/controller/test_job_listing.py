@@ -108,3 +108,48 @@ def test_list_jobs_counts_follow_job_creation_state_changes_and_deletion(store: 
     store.delete_job_tree("/gamma")
     assert _ids(store, JobFilters(), killed) == (["/beta_100%"], 1)
     assert _ids(store, JobFilters())[1] == 6
+
+
+def test_count_by_state_follows_job_creation_state_changes_and_deletion(store: ControllerStore) -> None:
+    def counted_by_sql() -> dict[int, int]:
+        with store._read() as db:
+            return dict(db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+
+    assert store.count_by_state()[0] == counted_by_sql() == {pb.JOB_STATE_PENDING: 5, pb.JOB_STATE_KILLED: 1}
+
+    store.terminate_job("/beta_100%", "stop", T0 + 20)
+    store.create_job("/delta", _request("/delta"), T0 + 21)
+    store.delete_job_tree("/gamma")
+
+    assert store.count_by_state()[0] == counted_by_sql() == {pb.JOB_STATE_PENDING: 5, pb.JOB_STATE_KILLED: 1}
+    store.delete_job_tree("/beta_100%")
+    assert store.count_by_state()[0] == counted_by_sql() == {pb.JOB_STATE_PENDING: 5}
+
+
+@pytest.mark.parametrize("prefix, carriers", [("/common-", 60), ("/rare-", 3), ("/none-", 0)])
+def test_list_jobs_name_prefix_pages_newest_first_whether_many_or_few_jobs_carry_it(
+    tmp_path: Path, prefix: str, carriers: int
+) -> None:
+    store = ControllerStore(tmp_path / "controller.sqlite3")
+    names = [f"/common-{i:03d}" for i in range(60)] + [f"/rare-{i}" for i in range(3)] + ["/other"]
+    for i, name in enumerate(names):
+        # Submission times interleave the prefixes, so neither the name nor the time order alone
+        # gives the answer.
+        store.create_job(name, _request(name), T0 + (i * 37) % len(names))
+    expected = sorted(
+        (n for n in names if n.startswith(prefix)), key=lambda n: (-((names.index(n) * 37) % len(names)), n)
+    )
+
+    pages, after = [], ()
+    while True:
+        jobs, total = store.list_jobs([], prefix, 7, 0, JobFilters(), after)
+        if not jobs:
+            break
+        pages += [j.job_id for j in jobs]
+        after = (jobs[-1].submitted_at.epoch_ms, jobs[-1].job_id)
+    deep, _ = store.list_jobs([], prefix, 7, 14, JobFilters())
+
+    assert total == carriers
+    assert pages == expected
+    assert [j.job_id for j in deep] == expected[14:21]
+    store.close()

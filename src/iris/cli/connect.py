@@ -11,15 +11,12 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from iris.client.client import IrisClient
-from iris.cluster.controller.lifecycle import ClusterNotRunningError, controller_connection, local_state_dir
-from iris.cluster.platform.base import PlatformError
-from iris.cluster.platform.factory import create_platform
-from iris.config import load_and_validate
-from iris.rpc import config_pb2
+if TYPE_CHECKING:
+    from iris.rpc import config_pb2
 
 CONFIG_HELP = "Cluster config YAML."
 CONTROLLER_URL_HELP = "Controller URL, e.g. http://localhost:10000 (or IRIS_CONTROLLER_URL)."
@@ -29,6 +26,12 @@ CONTROLLER_URL_HELP = "Controller URL, e.g. http://localhost:10000 (or IRIS_CONT
 def controller_from_config(config: config_pb2.IrisClusterConfig, config_path: str) -> Iterator[str]:
     """The cluster's controller URL, through the platform's tunnel when this machine cannot reach
     the controller's own address; the tunnel closes when the block ends."""
+    # Imported here, not at the top: `iris run --local` and `--controller-url` need none of the
+    # platforms, their cloud clients or httpx, and every `iris` command imports this module.
+    from iris.cluster.controller.lifecycle import ClusterNotRunningError, controller_connection, local_state_dir
+    from iris.cluster.platform.base import PlatformError
+    from iris.cluster.platform.factory import create_platform
+
     with ExitStack() as stack:
         try:
             platform = create_platform(config, local_state_dir(config), str(Path(config_path).resolve()))
@@ -51,6 +54,8 @@ def open_controller_url(config_path: str | None, url: str | None) -> AbstractCon
     if url:
         return nullcontext(url)
     if config_path:
+        from iris.config import load_and_validate
+
         return controller_from_config(load_and_validate(config_path), config_path)
     env_url = os.environ.get("IRIS_CONTROLLER_URL") or os.environ.get("IRIS_CONTROLLER_ADDRESS")
     if env_url:
@@ -130,6 +135,8 @@ def connection_options(func: Callable) -> Callable:
     @click.option("--controller-url", help=CONTROLLER_URL_HELP)
     @functools.wraps(func)
     def wrapper(*args, config_path: str | None, controller_url: str | None, **kwargs):
+        from iris.client.client import IrisClient
+
         with (
             open_controller_url(*connection_from_context(config_path, controller_url)) as url,
             IrisClient.remote(url) as client,

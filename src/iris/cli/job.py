@@ -19,15 +19,6 @@ from iris.cli.connect import (
     open_controller_url,
 )
 from iris.cli.progress import WaitingLine
-from iris.cli.render import (
-    clock_time,
-    console,
-    jobs_table,
-    print_json,
-    short_state,
-    styled_state,
-    tasks_table,
-)
 from iris.client.client import IrisClient, Job, JobTimeoutError, LogPrinter
 from iris.cluster.types import (
     EXISTING_JOB_POLICIES,
@@ -319,6 +310,9 @@ def job() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_jobs(client: IrisClient, states: tuple[str, ...], prefix: str, limit: int | None, as_json: bool) -> None:
     """List jobs, newest first."""
+    # rich is imported by the commands that draw tables, not by `iris run`.
+    from iris.cli.render import console, jobs_table, print_json
+
     try:
         state_values = [parse_job_state(s) for s in states]
     except ValueError as exc:
@@ -338,6 +332,8 @@ def list_jobs(client: IrisClient, states: tuple[str, ...], prefix: str, limit: i
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def job_status(client: IrisClient, job_id: str, as_json: bool) -> None:
     """Show a job, its tasks and its history."""
+    from iris.cli.render import clock_time, console, print_json, short_state, styled_state, tasks_table
+
     status = client.job(job_id).status(include_tasks=True)
     if as_json:
         print_json(status)

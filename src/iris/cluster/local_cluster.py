@@ -15,15 +15,20 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from iris.cluster import task_env
-from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.auth.tokens import AuthMode, parse_mode
 from iris.cluster.controller.settings import DaemonSettings
+from iris.cluster.http_server import bind_socket, url_for
 from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker
 from iris.config import apply_defaults
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
 from iris.time import wait_until
+
+if TYPE_CHECKING:
+    from iris.cluster.controller.main import ControllerDaemon
 
 logger = logging.getLogger(__name__)
 
@@ -71,41 +76,58 @@ class LocalCluster:
 
     def start(self, progress: Callable[[str], None] | None = None, timeout: float = 60.0) -> LocalCluster:
         say = progress or (lambda message: None)
-        self.daemon = ControllerDaemon(
-            DaemonSettings.from_config(
+        sock = bind_socket("127.0.0.1", self._port)
+        controller_url = url_for(sock)
+        # A worker needs only the controller's address, which the bound socket already fixes. Started
+        # before the controller is built, the worker's interpreter start and imports run beside the
+        # controller's, and its registration waits in the socket's backlog until the controller
+        # serves. With auth on, a worker needs a token from the controller, so it starts after it.
+        workers_first = parse_mode(self.config.auth.mode) is AuthMode.NONE
+        # Whatever ends the start (a worker that dies, Ctrl-C, SIGTERM) must not leave workers behind.
+        try:
+            if workers_first:
+                for spec in self.worker_specs:
+                    self._spawn_worker(spec, controller_url, worker_token="")
+            # Imported here so that the workers above start before this import's time is spent.
+            from iris.cluster.controller.main import ControllerDaemon
+
+            settings = DaemonSettings.from_config(
                 self.config,
                 state_dir=self.state_dir,
                 host="127.0.0.1",
                 port=self._port,
                 config_path=self._config_path,
             )
-        )
-        self.daemon.start_in_thread()
-        say(f"controller listening on {self.daemon.url}")
-        # Whatever ends the start (a worker that dies, Ctrl-C, SIGTERM) must not leave workers behind.
-        try:
-            for spec in self.worker_specs:
-                self.start_worker(spec)
+            self.daemon = ControllerDaemon(settings, sock)
+            self.daemon.start_in_thread()
+            say(f"controller listening on {self.daemon.url}")
+            if not workers_first:
+                for spec in self.worker_specs:
+                    self.start_worker(spec)
             expected = self.expected_worker_count()
             if expected:
                 say(f"starting {expected} worker(s)")
                 self.wait_for_workers(expected, timeout)
                 say(f"{expected} worker(s) registered")
         except BaseException:
+            if self.daemon is None:
+                sock.close()
             self.stop()
             raise
         return self
 
     def start_worker(self, spec: LocalWorkerSpec) -> subprocess.Popen:
         assert self.daemon is not None
+        return self._spawn_worker(spec, self.daemon.url, self.daemon.worker_token())
+
+    def _spawn_worker(self, spec: LocalWorkerSpec, controller_url: str, worker_token: str) -> subprocess.Popen:
         kill_grace = self.config.defaults.timeouts.kill_grace_period.milliseconds / 1000
         work_dir = self.state_dir / "workers" / spec.worker_id.replace("/", "_")
         env = dict(self._worker_env)
-        worker_token = self.daemon.worker_token()
         if worker_token:
             env[task_env.WORKER_TOKEN] = worker_token
         # Fixed workers are not slices: no later controller adopts them, so they end with this process.
-        process = spawn_worker(spec, self.daemon.url, work_dir, kill_grace, env, exit_with_pid=os.getpid())
+        process = spawn_worker(spec, controller_url, work_dir, kill_grace, env, exit_with_pid=os.getpid())
         self.worker_processes[spec.worker_id] = process
         return process
 

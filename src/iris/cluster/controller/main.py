@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import time
 from pathlib import Path
@@ -53,7 +54,9 @@ REQUEST_OVERHEAD_BYTES = 4 * 1024 * 1024
 class ControllerDaemon:
     """The controller's store, loops and HTTP server, wired together from its settings."""
 
-    def __init__(self, settings: DaemonSettings):
+    def __init__(self, settings: DaemonSettings, sock: socket.socket | None = None):
+        """`sock`, when given, is a bound and listening socket to serve on instead of binding
+        settings.host and settings.port (a local cluster binds first to start its workers early)."""
         if not settings.bundle_prefix:
             raise ValueError(
                 "storage.bundle_prefix is not configured: set it in the cluster config or pass --bundle-prefix "
@@ -64,13 +67,13 @@ class ControllerDaemon:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._state_lock = StateDirLock(self.state_dir)
         try:
-            self._build(settings)
+            self._build(settings, sock)
         except BaseException:
             self._state_lock.release()
             raise
 
-    def _build(self, settings: DaemonSettings) -> None:
-        self._sock = bind_socket(settings.host, settings.port)
+    def _build(self, settings: DaemonSettings, sock: socket.socket | None) -> None:
+        self._sock = sock if sock is not None else bind_socket(settings.host, settings.port)
         self.url = url_for(self._sock, settings.advertise_host)
         self.store = ControllerStore(self.state_dir / "controller.sqlite3")
         self.tokens = _token_verifier(settings.config.auth, self.state_dir)

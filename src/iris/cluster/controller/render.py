@@ -38,9 +38,31 @@ def history(conn: sqlite3.Connection, kind: str, entity_id: str) -> list[pb.Stat
     ]
 
 
+# Each job's tasks per state, with their failures, preemptions and a pending reason; `{}` is the
+# placeholders of the job ids.
+TASK_COUNTS_SQL = (
+    "SELECT job_id, state, COUNT(*) AS n, SUM(failure_count) AS f, SUM(preemption_count) AS p, "
+    "MIN(pending_reason) AS reason FROM tasks WHERE job_id IN ({}) GROUP BY job_id, state"
+)
+
+
+def task_counts_by_job(conn: sqlite3.Connection, job_ids: list[str]) -> dict[str, list[sqlite3.Row]]:
+    """The TASK_COUNTS_SQL rows of many jobs in one query (a page of ListJobs), by job id."""
+    by_job: dict[str, list[sqlite3.Row]] = {job_id: [] for job_id in job_ids}
+    if job_ids:
+        for row in conn.execute(TASK_COUNTS_SQL.format(",".join("?" * len(job_ids))), job_ids):
+            by_job[row["job_id"]].append(row)
+    return by_job
+
+
 def job_status(
-    conn: sqlite3.Connection, job: sqlite3.Row, request: pb.LaunchJobRequest, include_tasks: bool
+    conn: sqlite3.Connection,
+    job: sqlite3.Row,
+    request: pb.LaunchJobRequest,
+    include_tasks: bool,
+    task_counts: list[sqlite3.Row] | None = None,
 ) -> pb.JobStatus:
+    """The job's status; `task_counts`, its TASK_COUNTS_SQL rows when the caller read them already."""
     status = pb.JobStatus(
         job_id=job["job_id"],
         name=request.name or job["job_id"],
@@ -55,11 +77,9 @@ def job_status(
         parent_job_id=job["parent_job_id"] or "",
     )
     reasons = []
-    for row in conn.execute(
-        "SELECT state, COUNT(*) AS n, SUM(failure_count) AS f, SUM(preemption_count) AS p, "
-        "MIN(pending_reason) AS reason FROM tasks WHERE job_id=? GROUP BY state",
-        (job["job_id"],),
-    ):
+    if task_counts is None:
+        task_counts = conn.execute(TASK_COUNTS_SQL.format("?"), (job["job_id"],)).fetchall()
+    for row in task_counts:
         status.task_state_counts[task_state_name(row["state"])] = row["n"]
         status.failure_count += row["f"] or 0
         status.preemption_count += row["p"] or 0

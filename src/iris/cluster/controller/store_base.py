@@ -287,6 +287,15 @@ class StoreBase:
                 self._remember_request(job_id, request)
             return request
 
+    def request_of(self, job: sqlite3.Row) -> pb.LaunchJobRequest:
+        """`request_for` of a jobs row already read, which carries the request: no query."""
+        with self._lock:
+            request = self._requests.get(job["job_id"])
+            if request is None:
+                request = pb.LaunchJobRequest.FromString(job["request"])
+                self._remember_request(job["job_id"], request)
+            return request
+
     def _remember_request(self, job_id: str, request: pb.LaunchJobRequest) -> None:
         self._requests[job_id] = request
         if len(self._requests) > REQUEST_CACHE_SIZE:

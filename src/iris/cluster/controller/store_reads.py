@@ -47,6 +47,10 @@ JOB_ORDER_SQL: dict[int, str] = {
     for order, key in JOB_ORDER_KEYS.items()
 }
 _KEY_TYPES = {"submitted_at_ms": int, "state": int, "job_id": str}
+# A name prefix as a range of the primary key; the same range written so that SQLite cannot
+# use the primary key for it (`+job_id`) and walks the listing order's index instead.
+PREFIX_SQL = "job_id >= ? AND job_id < ?"
+PREFIX_WALK_SQL = "+job_id >= ? AND +job_id < ?"
 # Selections whose job count ListJobs keeps between job changes.
 JOB_COUNTS_KEPT = 256
 
@@ -252,8 +256,10 @@ class StoreReads(StoreBase):
         if state_list:
             where.append(f"state IN ({','.join('?' * len(state_list))})")
             params += state_list
+        prefix_at = None
         if name_prefix:
-            where.append("job_id >= ? AND job_id < ?")
+            prefix_at = len(where)
+            where.append(PREFIX_SQL)
             params += [name_prefix, name_prefix + "\U0010ffff"]
         filters = filters or JobFilters()
         extra_where, extra_params = filters.sql()
@@ -266,15 +272,18 @@ class StoreReads(StoreBase):
             page_where.append(after_sql)
             page_params += after_params
             offset = 0
-        page_clause = f"WHERE {' AND '.join(page_where)}" if page_where else ""
         with self._read() as db:
-            total = self._count_jobs(db, clause, params)
-            rows = db.execute(
-                f"SELECT * FROM jobs {page_clause} ORDER BY {JOB_ORDER_SQL[filters.order]} LIMIT ? OFFSET ?",
-                [*page_params, limit, offset],
-            ).fetchall()
-            jobs = [render.job_status(db, r, self.request_for(r["job_id"]), include_tasks=False) for r in rows]
-            ids = [job.job_id for job in jobs]
+            if name_prefix or extra_where:
+                total = self._count_jobs(db, clause, params)
+            else:
+                total = self._count_in_states(db, state_list)
+            page_sql = self._page_sql(db, filters.order, page_where, prefix_at, total, offset + limit)
+            rows = db.execute(page_sql, [*page_params, limit, offset]).fetchall()
+            ids = [r["job_id"] for r in rows]
+            # One query for the page's task counts, and each request from its row (cached or
+            # parsed), instead of two queries per listed job.
+            task_counts = render.task_counts_by_job(db, ids)
+            jobs = [render.job_status(db, r, self.request_of(r), False, task_counts[r["job_id"]]) for r in rows]
             children = dict(
                 db.execute(
                     f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
@@ -285,6 +294,25 @@ class StoreReads(StoreBase):
             for job in jobs:
                 job.num_children = children.get(job.job_id, 0)
             return jobs, total
+
+    def _page_sql(
+        self, db: sqlite3.Connection, order: int, where: list[str], prefix_at: int | None, total: int, rows_needed: int
+    ) -> str:
+        """The SELECT of one page (parameters: the conditions', then LIMIT and OFFSET). With a name
+        prefix (`where[prefix_at]`) and an order not led by the name, the cheaper of two plans:
+        walking the order's index past the jobs without the prefix, about rows_needed * all /
+        total index entries, or sorting the keys of the `total` jobs with it."""
+        order_sql = JOB_ORDER_SQL[order]
+        if prefix_at is not None and JOB_ORDER_KEYS[order][0][0] != "job_id":
+            if total * total < rows_needed * self._count_in_states(db, []):
+                return (
+                    f"SELECT * FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE {' AND '.join(where)}"
+                    f" ORDER BY {order_sql} LIMIT ? OFFSET ?) ORDER BY {order_sql}"
+                )
+            where = [*where]
+            where[prefix_at] = PREFIX_WALK_SQL
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        return f"SELECT * FROM jobs {clause} ORDER BY {order_sql} LIMIT ? OFFSET ?"
 
     def _count_jobs(self, db: sqlite3.Connection, clause: str, params: list[object]) -> int:
         """The selection's size, counted again only after a job was created, deleted or moved."""
@@ -304,10 +332,18 @@ class StoreReads(StoreBase):
         request.CopyFrom(self.request_for(job_id))
         return request
 
+    def _count_in_states(self, db: sqlite3.Connection, states: list[int]) -> int:
+        """Jobs in any of `states` (all jobs when empty), from the counts the store's triggers keep."""
+        if not states:
+            return db.execute("SELECT COALESCE(SUM(n), 0) FROM job_state_counts").fetchone()[0]
+        return db.execute(
+            f"SELECT COALESCE(SUM(n), 0) FROM job_state_counts WHERE state IN ({','.join('?' * len(states))})", states
+        ).fetchone()[0]
+
     def count_by_state(self) -> tuple[dict[int, int], dict[int, int]]:
         """(jobs per state, workers per state), for /metrics."""
         with self._read() as db:
-            jobs = {r[0]: r[1] for r in db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")}
+            jobs = {r[0]: r[1] for r in db.execute("SELECT state, n FROM job_state_counts WHERE n > 0")}
             workers = {r[0]: r[1] for r in db.execute("SELECT state, COUNT(*) FROM workers GROUP BY state")}
         return jobs, workers
 

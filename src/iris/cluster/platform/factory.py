@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from iris.cluster.platform import coreweave, gcp, local, manual
 from iris.cluster.platform.base import Platform, PlatformError, PlatformProvider
 from iris.rpc import config_pb2
 
-PROVIDERS: dict[str, PlatformProvider] = {
-    provider.name: provider
-    for provider in (gcp.PROVIDER, manual.PROVIDER, local.PROVIDER, coreweave.PROVIDER)
+# Each provider's module by its name in the config's platform oneofs. A provider's module is
+# imported when a config names it: the cloud clients behind the others (Kubernetes, Google APIs,
+# httpx) are not what a local cluster should pay for at start.
+_PROVIDER_MODULES = {
+    "gcp": "iris.cluster.platform.gcp",
+    "manual": "iris.cluster.platform.manual",
+    "local": "iris.cluster.platform.local",
+    "coreweave": "iris.cluster.platform.coreweave",
 }
+
+
+class _Providers(Mapping[str, PlatformProvider]):
+    def __getitem__(self, name: str) -> PlatformProvider:
+        return importlib.import_module(_PROVIDER_MODULES[name]).PROVIDER
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_PROVIDER_MODULES)
+
+    def __len__(self) -> int:
+        return len(_PROVIDER_MODULES)
+
+
+PROVIDERS: Mapping[str, PlatformProvider] = _Providers()
 
 
 def provider_for(platform: str | None) -> PlatformProvider | None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import httpx
 import psutil
 
 from iris.cluster.platform.base import (
@@ -495,6 +494,9 @@ class LocalPlatform:
 
 
 def _healthy(address: str) -> bool:
+    # httpx is imported by the one check that uses it, not by every local cluster's start.
+    import httpx
+
     try:
         return httpx.get(f"{address}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
