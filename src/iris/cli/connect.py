@@ -28,7 +28,11 @@ def controller_from_config(config: config_pb2.IrisClusterConfig, config_path: st
     the controller's own address; the tunnel closes when the block ends."""
     # Imported here, not at the top: `iris run --local` and `--controller-url` need none of the
     # platforms, their cloud clients or httpx, and every `iris` command imports this module.
-    from iris.cluster.controller.lifecycle import ClusterNotRunningError, controller_connection, local_state_dir
+    from iris.cluster.controller.lifecycle import (
+        ClusterNotRunningError,
+        controller_connection,
+        local_state_dir,
+    )
     from iris.cluster.platform.base import PlatformError
     from iris.cluster.platform.factory import create_platform
 
