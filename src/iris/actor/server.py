@@ -164,6 +164,9 @@ class _ActorHttpServer(HttpServer):
             )
         )
 
+    def serve_forever(self) -> None:
+        self._server.run(sockets=[self._sock])
+
 
 def _route_host(controller_address: str) -> str | None:
     """The local address this machine uses to reach the controller, i.e. the one the controller's

@@ -1,8 +1,4 @@
-"""One HTTP port per daemon: Connect RPC apps beside /health and /metrics, on uvicorn.
-
-RPCs are most of a daemon's requests (heartbeats, nudges, job submissions and status waits), so
-they go to their Connect app straight from uvicorn: Starlette's middleware and router cost about
-as much per request as the Connect app itself, and serve only the other routes and the lifespan.
+"""One HTTP port per daemon: Connect RPC apps mounted beside /health and /metrics, on uvicorn.
 
 The socket is bound before uvicorn starts so that port 0 works (the daemon learns its real port
 and can register or advertise it), and so a bind failure is reported before anything else runs.
@@ -10,44 +6,20 @@ and can register or advertise it), and so a bind failure is reported before anyt
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Mount
 
 from iris.time import wait_until
 
 logger = logging.getLogger(__name__)
-
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class RpcFirstApp:
-    """ASGI app: a request whose path names an RPC app's service (`/<service>/<method>`) goes to
-    that app directly; everything else, the lifespan included, to the Starlette app."""
-
-    def __init__(self, rpc_apps: Sequence, others: Starlette):
-        self._rpc_apps = {rpc.path: rpc for rpc in rpc_apps}
-        self.others = others
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            rpc = self._rpc_apps.get(path[: path.rfind("/")])
-            if rpc is not None:
-                await rpc(scope, receive, send)
-                return
-        await self.others(scope, receive, send)
 
 
 def build_app(
@@ -55,7 +27,7 @@ def build_app(
     routes: Sequence[BaseRoute] = (),
     on_startup: Callable[[], Awaitable[None]] | None = None,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
-) -> RpcFirstApp:
+) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if on_startup is not None:
@@ -66,7 +38,8 @@ def build_app(
             if on_shutdown is not None:
                 await on_shutdown()
 
-    return RpcFirstApp(rpc_apps, Starlette(routes=list(routes), lifespan=lifespan))
+    mounts = [Mount(rpc.path, app=rpc) for rpc in rpc_apps]
+    return Starlette(routes=[*routes, *mounts], lifespan=lifespan)
 
 
 class PortInUseError(OSError):
@@ -99,28 +72,18 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class HttpServer:
-    """Runs an app from `build_app` on a bound socket, in the foreground or in a background thread.
+    """Runs a Starlette app on a bound socket, in the foreground or in a background thread."""
 
-    No proxy-header rewriting (nothing here reads a client's address), and uvicorn's own event
-    loop choice: uvloop, which the daemons' loops (RPCs, heartbeat rounds) run on."""
-
-    def __init__(self, app: ASGIApp, sock: socket.socket):
+    def __init__(self, app: Starlette, sock: socket.socket):
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
         self._server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                log_level="warning",
-                access_log=False,
-                lifespan="on",
-                proxy_headers=False,
-                timeout_graceful_shutdown=2,
-            )
+            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
         )
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
-        self._server.run(sockets=[self._sock])
+        asyncio.run(self._server.serve(sockets=[self._sock]))
 
     def start_in_thread(self, timeout: float = 30.0) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)
