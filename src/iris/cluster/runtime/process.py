@@ -510,27 +510,33 @@ class ProcessContainerHandle:
             spawned, preexec = [_SETPRIV, *_PDEATHSIG_PREFIX, str(os.getpid()), *argv], None
         else:
             spawned, preexec = argv, _pdeathsig_preexec(os.getpid())
-        proc = subprocess.Popen(
-            spawned,
-            cwd=self._config.workdir,
-            env=self._env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
-            start_new_session=True,
-            # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
-            # one only makes raw syscalls through a libc handle loaded at import.
-            preexec_fn=preexec,
-        )
+        sources: list[LogSource] = ["build"] if merge_output else ["stdout", "stderr"]
+        # Opened before the fork: a process must never run without its output going somewhere.
+        log_files = [open(self._record_dir / f"{source}.log", "a", encoding="utf-8") for source in sources]
+        try:
+            proc = subprocess.Popen(
+                spawned,
+                cwd=self._config.workdir,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+                start_new_session=True,
+                # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
+                # one only makes raw syscalls through a libc handle loaded at import.
+                preexec_fn=preexec,
+            )
+        except BaseException:
+            for log_file in log_files:
+                log_file.close()
+            raise
         # The child cannot be reaped before the loop runs, so its /proc entry is still there.
         create_time = psutil.Process(proc.pid).create_time()
         current = _Supervised(proc, loop, create_time, deadline, is_command=not merge_output)
-        assert proc.stdout is not None
-        outputs: list[tuple[IO[bytes], LogSource]] = [(proc.stdout, "build" if merge_output else "stdout")]
-        if proc.stderr is not None:
-            outputs.append((proc.stderr, "stderr"))
-        for pipe, source in outputs:
-            watched = _Pipe(pipe, source, open(self._record_dir / f"{source}.log", "a", encoding="utf-8"))
+        pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
+        for pipe, source, log_file in zip(pipes, sources, log_files, strict=True):
+            assert pipe is not None
+            watched = _Pipe(pipe, source, log_file)
             current.pipes[watched.fd] = watched
             loop.watch(watched.fd, lambda w=watched: self._read(current, w))
         pidfd = os.pidfd_open(proc.pid)
@@ -570,8 +576,11 @@ class ProcessContainerHandle:
         if not raws:
             return
         data = [raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r") for raw in raws]
-        pipe.log_file.write("".join(line + "\n" for line in data))
-        pipe.log_file.flush()
+        try:
+            pipe.log_file.write("".join(line + "\n" for line in data))
+            pipe.log_file.flush()
+        except OSError:
+            pass  # a full disk costs the file copy; the lines still reach the controller
         stamp = now_ms()
         with self._lock:
             self._lines.extend(LogLine(stamp, pipe.source, line) for line in data)
