@@ -82,6 +82,22 @@ def test_get_job_status_wait_unchanged_answers_after_wait_ms_with_the_same_state
     job.terminate()
 
 
+def test_get_job_status_until_finished_answers_at_the_end_not_at_a_change(
+    daemon: ControllerDaemon, client: IrisClient
+) -> None:
+    job = client.submit(Entrypoint.from_command("true"), name="wait-until-finished")
+    killer = _kill_once_waited_on(daemon, job)
+
+    # known_state differs from the job's (pending) at once: only until_finished makes it wait.
+    request = pb.GetJobStatusRequest(
+        job_id=job.job_id, known_state=pb.JOB_STATE_RUNNING, wait_ms=20_000, until_finished=True
+    )
+    status = client.call("get_job_status", request).job
+
+    assert status.state == pb.JOB_STATE_KILLED
+    killer.join()
+
+
 def test_get_job_status_negative_wait_is_invalid_argument(client: IrisClient) -> None:
     job = client.submit(Entrypoint.from_command("true"), name="wait-negative")
 
@@ -90,7 +106,9 @@ def test_get_job_status_negative_wait_is_invalid_argument(client: IrisClient) ->
     job.terminate()
 
 
-def test_job_wait_makes_one_call_per_change_instead_of_polling(daemon: ControllerDaemon, client: IrisClient) -> None:
+def test_job_wait_makes_one_call_for_the_whole_wait_instead_of_polling(
+    daemon: ControllerDaemon, client: IrisClient
+) -> None:
     job = client.submit(Entrypoint.from_command("true"), name="wait-no-polling")
     calls = []
     ask = client.call_riding_out_restarts
@@ -105,5 +123,5 @@ def test_job_wait_makes_one_call_per_change_instead_of_polling(daemon: Controlle
     status = job.wait(timeout=30, raise_on_failure=False, poll_interval=0.02)
 
     assert status.state == pb.JOB_STATE_KILLED
-    assert calls.count("get_job_status") <= 3, f"{len(calls)} status calls in about a second: it polled"
+    assert calls.count("get_job_status") == 1, f"{len(calls)} status calls in about a second: it polled"
     killer.join()

@@ -472,10 +472,14 @@ class Job:
     def state(self) -> JobState:
         return JobState.of(self.status().state)
 
-    def _status_riding_out_restarts(self, known_state: int = pb.JOB_STATE_UNSPECIFIED, wait_s: float = 0) -> pb.JobStatus:
-        """With `wait_s`, the controller answers once the state is no longer `known_state`, or
-        after `wait_s`."""
-        request = pb.GetJobStatusRequest(job_id=self.job_id, known_state=known_state, wait_ms=int(wait_s * 1000))
+    def _status_riding_out_restarts(
+        self, known_state: int = pb.JOB_STATE_UNSPECIFIED, wait_s: float = 0, until_finished: bool = False
+    ) -> pb.JobStatus:
+        """With `wait_s`, the controller answers once the state is no longer `known_state` (with
+        `until_finished`, once the job has finished), or after `wait_s`."""
+        request = pb.GetJobStatusRequest(
+            job_id=self.job_id, known_state=known_state, wait_ms=int(wait_s * 1000), until_finished=until_finished
+        )
         return self.client.call_riding_out_restarts("get_job_status", request).job
 
     def terminate(self, reason: str = "terminated by user") -> list[str]:
@@ -570,7 +574,9 @@ class Job:
                 if deadline is not None:
                     wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
                 asked = time.monotonic()
-                status = self._status_riding_out_restarts(known, wait_s)
+                # One call for the whole wait; a controller that predates until_finished answers
+                # on each change of state instead, which the loop follows as well.
+                status = self._status_riding_out_restarts(known, wait_s, until_finished=True)
                 if status.state in TERMINAL_JOB_STATES:
                     break
                 if on_status is not None and time.monotonic() >= next_status:

@@ -404,16 +404,18 @@ class JobStatus(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., submitted_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_time_pb2.Timestamp, _Mapping]] = ..., pending_reason: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., resources: _Optional[_Union[ResourceSpec, _Mapping]] = ..., parent_job_id: _Optional[str] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., history: _Optional[_Iterable[_Union[StateTransition, _Mapping]]] = ..., num_children: _Optional[int] = ...) -> None: ...
 
 class GetJobStatusRequest(_message.Message):
-    __slots__ = ("job_id", "include_tasks", "wait_ms", "known_state")
+    __slots__ = ("job_id", "include_tasks", "wait_ms", "known_state", "until_finished")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_TASKS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_STATE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FINISHED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     include_tasks: bool
     wait_ms: int
     known_state: JobState
-    def __init__(self, job_id: _Optional[str] = ..., include_tasks: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., known_state: _Optional[_Union[JobState, str]] = ...) -> None: ...
+    until_finished: bool
+    def __init__(self, job_id: _Optional[str] = ..., include_tasks: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., known_state: _Optional[_Union[JobState, str]] = ..., until_finished: _Optional[bool] = ...) -> None: ...
 
 class GetJobStatusResponse(_message.Message):
     __slots__ = ("job",)

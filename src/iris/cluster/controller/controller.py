@@ -33,6 +33,7 @@ from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
 from iris.cluster.task_env import TOKEN
+from iris.cluster.types import TERMINAL_JOB_STATES
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClient
 from iris.time import ExponentialBackoff, now_ms
@@ -235,10 +236,15 @@ class Controller:
         return self.store.create_job(job_id, request, now_ms(), owner)
 
     async def job_status_after_change(
-        self, job_id: str, known_state: int, wait_ms: int, include_tasks: bool = False
+        self,
+        job_id: str,
+        known_state: int,
+        wait_ms: int,
+        include_tasks: bool = False,
+        until_finished: bool = False,
     ) -> pb.JobStatus:
-        """The job's status once its state is no longer `known_state`, or after `wait_ms` (at most
-        MAX_STATUS_WAIT_MS) with the state unchanged."""
+        """The job's status once its state is no longer `known_state` (with `until_finished`: once
+        the job has finished), or after `wait_ms` (at most MAX_STATUS_WAIT_MS) with neither."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait_ms, MAX_STATUS_WAIT_MS) / 1000
         with self.job_watch.watching(job_id) as changed:
@@ -246,7 +252,9 @@ class Controller:
                 changed.clear()  # before reading: a change after the read sets it again
                 status = self.store.job_status(job_id, include_tasks)
                 remaining = deadline - loop.time()
-                if status.state != known_state or remaining <= 0:
+                if remaining <= 0 or (
+                    status.state in TERMINAL_JOB_STATES if until_finished else status.state != known_state
+                ):
                     return status
                 try:
                     await asyncio.wait_for(changed.wait(), remaining)

@@ -147,7 +147,7 @@ class ControllerServiceImpl:
         if request.wait_ms == 0:
             return pb.GetJobStatusResponse(job=self._store.job_status(job_id, request.include_tasks))
         job = await self._controller.job_status_after_change(
-            job_id, request.known_state, request.wait_ms, request.include_tasks
+            job_id, request.known_state, request.wait_ms, request.include_tasks, request.until_finished
         )
         return pb.GetJobStatusResponse(job=job)
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import heapq
 import importlib.util
+import itertools
 import json
 import os
 import re
-import select
+import selectors
 import shlex
 import shutil
 import signal
@@ -58,6 +60,7 @@ _KILL_SETTLE_SECONDS = 1.0
 # Pipes stay open while any process holding them lives; a process that left the group (setsid)
 # must not stall the exit report forever.
 _READER_DRAIN_SECONDS = 5.0
+_READ_CHUNK_BYTES = 64 * 1024
 _BUILD_TAIL_LINES = 20
 # Bounds memory for output without newlines (progress bars, binary data): longer runs are split.
 _MAX_LINE_BYTES = 64 * 1024
@@ -175,12 +178,70 @@ def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
     return preexec
 
 
+def _read_children() -> dict[int, list[int]]:
+    """Every process's children, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                line = stat.read()
+        except OSError:
+            continue  # gone since the listing
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, the last ")" ends it.
+        ppid = int(line[line.rfind(b")") + 2 :].split(b" ", 2)[1])
+        children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+class _ProcessTable:
+    """Which process is whose child, read from /proc at most once per MONITOR_INTERVAL_SECONDS.
+
+    psutil's children(recursive=True) reads every process's stat file on each call: with a few
+    hundred processes on the host, several ms of CPU paid per container per limit check and per
+    heartbeat. One reading serves every container of the worker; a child younger than the
+    reading is found by the next one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_at = -MONITOR_INTERVAL_SECONDS
+        self._children: dict[int, list[int]] = {}
+
+    def descendants(self, pid: int) -> list[int]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at >= MONITOR_INTERVAL_SECONDS:
+                self._children = _read_children()
+                self._read_at = now
+            children = self._children
+        found: list[int] = []
+        stack = [pid]
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                found.append(child)
+                stack.append(child)
+        return found
+
+
+_PROCESS_TABLE = _ProcessTable()
+
+
 def _tree(pid: int) -> list[psutil.Process]:
     try:
         root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+    tree = [root]
+    for descendant in _PROCESS_TABLE.descendants(pid):
+        try:
+            proc = psutil.Process(descendant)
+        except psutil.NoSuchProcess:
+            continue
+        # As psutil's children(): a pid recycled since the reading is younger than its "parent".
+        if proc.create_time() >= root.create_time():
+            tree.append(proc)
+    return tree
 
 
 def _tree_rss(pid: int) -> int:
@@ -206,13 +267,81 @@ def _describe_exit(returncode: int) -> tuple[int, str]:
     return 0, ""
 
 
-class _Supervised:
-    """One process of a container (a build step or the command) and the threads draining its pipes."""
+class _Pipe:
+    """One output pipe of a process, read without blocking, split into lines like readline()."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], readers: list[threading.Thread]) -> None:
+    def __init__(self, pipe: IO[bytes], source: LogSource, log_file: IO[str]) -> None:
+        self.pipe = pipe
+        self.fd = pipe.fileno()
+        self.source: LogSource = source
+        self.log_file = log_file
+        self.pending = b""
+        os.set_blocking(self.fd, False)
+
+    def close(self) -> None:
+        self.pipe.close()
+        self.log_file.close()
+
+
+class _Supervised:
+    """One process of a container (a build step or the command) and what its loop watches."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        loop: _ProcessLoop,
+        create_time: float,
+        deadline: float | None,
+        is_command: bool,
+    ) -> None:
         self.proc = proc
-        self.readers = readers
+        self.loop = loop
+        self.create_time = create_time
+        # The container's command, whose end ends the container; otherwise a build step.
+        self.is_command = is_command
+        self.deadline = deadline
         self.sigkill_at: float | None = None
+        self.pipes: dict[int, _Pipe] = {}
+        # The Popen return code, once the process was reaped and its pipes drained.
+        self.returncode: int | None = None
+        self.reaped = False
+        self.done = threading.Event()
+
+
+class _ProcessLoop:
+    """One process's pidfd and output pipes in one selector, with timers for its limits, run by
+    the thread that forked it (PR_SET_PDEATHSIG fires when that *thread* exits): a monitor
+    thread for the command, build()'s caller for a build step.
+
+    A thread per pipe besides the monitor (three threads for a command) cost a trivial task more
+    than its process did: their starts and hand-offs under a busy interpreter."""
+
+    def __init__(self) -> None:
+        # poll(2) for a handful of fds: no epoll instance to create and close per process.
+        self._selector = selectors.PollSelector()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_order = itertools.count()
+
+    def watch(self, fd: int, on_ready: Callable[[], None]) -> None:
+        self._selector.register(fd, selectors.EVENT_READ, on_ready)
+
+    def unwatch(self, fd: int) -> None:
+        self._selector.unregister(fd)
+
+    def at(self, when: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (when, next(self._timer_order), fn))
+
+    def run_until(self, done: threading.Event) -> None:
+        try:
+            while not done.is_set():
+                timeout = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else None
+                for key, _ in self._selector.select(timeout):
+                    key.data()
+                now = time.monotonic()
+                while self._timers and self._timers[0][0] <= now and not done.is_set():
+                    heapq.heappop(self._timers)[2]()
+        finally:
+            self._selector.close()
 
 
 class ProcessContainerHandle:
@@ -352,13 +481,27 @@ class ProcessContainerHandle:
 
     # -- processes ------------------------------------------------------------------------------
 
-    def _spawn(self, argv: list[str], merge_output: bool) -> _Supervised:
-        """Fork `argv` in its own session.
+    def _monitor(self, started: threading.Event, spawn_errors: list[Exception]) -> None:
+        timeout = self._config.timeout_seconds
+        deadline = None if timeout is None else time.monotonic() + timeout
+        loop = _ProcessLoop()
+        try:
+            current = self._spawn(loop, self._config.command, merge_output=False, deadline=deadline)
+        # Not only OSError: Popen raises ValueError for an environment it cannot pass, and run()
+        # waits on `started` forever unless every failure sets it.
+        except Exception as e:
+            spawn_errors.append(e)
+            with self._lock:
+                self._finish_locked(exit_code=127, error=f"failed to start {self._config.command[0]!r}: {e}")
+            started.set()
+            return
+        started.set()
+        loop.run_until(current.done)
 
-        PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process, so
-        callers must fork from a thread that outlives the child and reaps it: the monitor thread
-        for the command, the (blocked) build() caller for build steps.
-        """
+    def _spawn(
+        self, loop: _ProcessLoop, argv: list[str], merge_output: bool, deadline: float | None
+    ) -> _Supervised:
+        """Fork `argv` in its own session, watched by `loop`, and make it the `_current` process."""
         if _SETPRIV is not None:
             _check_can_start(argv[0], str(self._config.workdir), self._env.get("PATH", os.defpath))
             # Without preexec_fn Popen uses vfork, about a sixth of the CPU of forking the whole
@@ -367,49 +510,124 @@ class ProcessContainerHandle:
             spawned, preexec = [_SETPRIV, *_PDEATHSIG_PREFIX, str(os.getpid()), *argv], None
         else:
             spawned, preexec = argv, _pdeathsig_preexec(os.getpid())
-        proc = subprocess.Popen(
-            spawned,
-            cwd=self._config.workdir,
-            env=self._env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
-            start_new_session=True,
-            # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
-            # one only makes raw syscalls through a libc handle loaded at import.
-            preexec_fn=preexec,
-        )
-        assert proc.stdout is not None
-        pipes: list[tuple[IO[bytes], LogSource]] = [(proc.stdout, "build" if merge_output else "stdout")]
-        if proc.stderr is not None:
-            pipes.append((proc.stderr, "stderr"))
-        readers = [
-            threading.Thread(
-                target=self._read_lines,
-                args=(pipe, source),
-                name=f"{source}-{self.container_id}",
-                daemon=True,
+        sources: list[LogSource] = ["build"] if merge_output else ["stdout", "stderr"]
+        # Opened before the fork: a process must never run without its output going somewhere.
+        log_files = [open(self._record_dir / f"{source}.log", "a", encoding="utf-8") for source in sources]
+        try:
+            proc = subprocess.Popen(
+                spawned,
+                cwd=self._config.workdir,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+                start_new_session=True,
+                # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
+                # one only makes raw syscalls through a libc handle loaded at import.
+                preexec_fn=preexec,
             )
-            for pipe, source in pipes
-        ]
-        for reader in readers:
-            reader.start()
-        # The child cannot be reaped before _supervise runs, so its /proc entry is still there.
-        self._write_meta(pid=proc.pid, create_time=psutil.Process(proc.pid).create_time())
-        return _Supervised(proc, readers)
-
-    def _read_lines(self, pipe: IO[bytes], source: LogSource) -> None:
-        with pipe, open(self._record_dir / f"{source}.log", "a", encoding="utf-8") as log_file:
-            # readline() returns a final line without newline at EOF, so partial output survives.
-            for raw in iter(lambda: pipe.readline(_MAX_LINE_BYTES), b""):
-                data = raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
-                log_file.write(data + "\n")
-                log_file.flush()
-                self._append(LogLine(timestamp_ms=now_ms(), source=source, data=data))
-
-    def _append(self, line: LogLine) -> None:
+        except BaseException:
+            for log_file in log_files:
+                log_file.close()
+            raise
+        # The child cannot be reaped before the loop runs, so its /proc entry is still there.
+        create_time = psutil.Process(proc.pid).create_time()
+        current = _Supervised(proc, loop, create_time, deadline, is_command=not merge_output)
+        pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
+        for pipe, source, log_file in zip(pipes, sources, log_files, strict=True):
+            assert pipe is not None
+            watched = _Pipe(pipe, source, log_file)
+            current.pipes[watched.fd] = watched
+            loop.watch(watched.fd, lambda w=watched: self._read(current, w))
+        pidfd = os.pidfd_open(proc.pid)
+        # The pidfd becomes readable when the child exits; it stays a zombie until reaped.
+        loop.watch(pidfd, lambda: self._reap(current, pidfd))
+        loop.at(time.monotonic() + MONITOR_INTERVAL_SECONDS, lambda: self._check_limits(current))
+        self._write_meta(pid=proc.pid, create_time=create_time)
         with self._lock:
-            self._lines.append(line)
+            self._current = current
+            if not merge_output:
+                self._status.started_at_ms = now_ms()
+            kill_requested = self._kill_requested
+        if kill_requested:
+            self._signal(current, signal.SIGKILL)
+        return current
+
+    def _read(self, current: _Supervised, pipe: _Pipe) -> None:
+        try:
+            chunk = os.read(pipe.fd, _READ_CHUNK_BYTES)
+        except BlockingIOError:
+            return
+        *complete, rest = (pipe.pending + chunk).split(b"\n")
+        # Lines as readline(_MAX_LINE_BYTES) cuts them: at each newline, or after that many bytes.
+        raws = [
+            raw[i : i + _MAX_LINE_BYTES]
+            for raw in (line + b"\n" for line in complete)
+            for i in range(0, len(raw), _MAX_LINE_BYTES)
+        ]
+        whole = len(rest) - len(rest) % _MAX_LINE_BYTES if chunk else len(rest)
+        raws += [rest[i : i + _MAX_LINE_BYTES] for i in range(0, whole, _MAX_LINE_BYTES)]
+        pipe.pending = rest[whole:]
+        self._record(pipe, raws)
+        if not chunk:
+            self._close_pipe(current, pipe)
+
+    def _record(self, pipe: _Pipe, raws: list[bytes]) -> None:
+        if not raws:
+            return
+        data = [raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r") for raw in raws]
+        try:
+            pipe.log_file.write("".join(line + "\n" for line in data))
+            pipe.log_file.flush()
+        except OSError:
+            pass  # a full disk costs the file copy; the lines still reach the controller
+        stamp = now_ms()
+        with self._lock:
+            self._lines.extend(LogLine(stamp, pipe.source, line) for line in data)
+
+    def _close_pipe(self, current: _Supervised, pipe: _Pipe) -> None:
+        current.loop.unwatch(pipe.fd)
+        del current.pipes[pipe.fd]
+        pipe.close()
+        if current.reaped and not current.pipes:
+            self._done(current)
+
+    def _reap(self, current: _Supervised, pidfd: int) -> None:
+        current.loop.unwatch(pidfd)
+        os.close(pidfd)
+        # Like a container, nothing outlives the main process; this also closes stray pipe writers.
+        self._signal(current, signal.SIGKILL)
+        with self._signal_lock:
+            current.proc.wait()
+        current.reaped = True
+        if not current.pipes:
+            self._done(current)
+        else:
+            drain_until = time.monotonic() + _READER_DRAIN_SECONDS
+            current.loop.at(drain_until, lambda: self._stop_draining(current))
+
+    def _stop_draining(self, current: _Supervised) -> None:
+        for pipe in list(current.pipes.values()):
+            self._record(pipe, [pipe.pending] if pipe.pending else [])
+            self._close_pipe(current, pipe)
+
+    def _done(self, current: _Supervised) -> None:
+        if current.done.is_set():
+            return
+        current.returncode = current.proc.returncode
+        current.done.set()
+        if current.is_command:
+            self._command_exited(current)
+
+    def _command_exited(self, current: _Supervised) -> None:
+        assert current.returncode is not None
+        exit_code, error = _describe_exit(current.returncode)
+        with self._lock:
+            if self._status.oom_killed:
+                error = self._oom_error
+            elif self._status.timed_out:
+                error = f"killed after timeout of {self._config.timeout_seconds:g}s"
+            self._finish_locked(exit_code=exit_code, error=error)
 
     def _signal(self, current: _Supervised, sig: signal.Signals) -> None:
         with self._signal_lock:
@@ -420,25 +638,11 @@ class ProcessContainerHandle:
             except ProcessLookupError:
                 pass
 
-    def _supervise(self, current: _Supervised, deadline: float | None) -> int:
-        """Enforce limits until the process exits, then kill what is left of its group and reap it.
-
-        Returns the Popen return code (negative signal number if killed by a signal).
-        """
-        pidfd = os.pidfd_open(current.proc.pid)
-        try:
-            # The pidfd becomes readable when the child exits; it stays a zombie until reaped.
-            while not select.select([pidfd], [], [], MONITOR_INTERVAL_SECONDS)[0]:
-                self._enforce_limits(current, deadline)
-        finally:
-            os.close(pidfd)
-        # Like a container, nothing outlives the main process; this also closes stray pipe writers.
-        self._signal(current, signal.SIGKILL)
-        with self._signal_lock:
-            returncode = current.proc.wait()
-        for reader in current.readers:
-            reader.join(_READER_DRAIN_SECONDS)
-        return returncode
+    def _check_limits(self, current: _Supervised) -> None:
+        if current.reaped:
+            return
+        self._enforce_limits(current, current.deadline)
+        current.loop.at(time.monotonic() + MONITOR_INTERVAL_SECONDS, lambda: self._check_limits(current))
 
     def _enforce_limits(self, current: _Supervised, deadline: float | None) -> None:
         now = time.monotonic()
@@ -459,33 +663,7 @@ class ProcessContainerHandle:
             self._signal(current, signal.SIGKILL)
             current.sigkill_at = None
 
-    def _monitor(self, started: threading.Event, spawn_errors: list[Exception]) -> None:
-        try:
-            current = self._spawn(self._config.command, merge_output=False)
-        # Not only OSError: Popen raises ValueError for an environment it cannot pass, and run()
-        # waits on `started` forever unless every failure sets it.
-        except Exception as e:
-            spawn_errors.append(e)
-            with self._lock:
-                self._finish_locked(exit_code=127, error=f"failed to start {self._config.command[0]!r}: {e}")
-            started.set()
-            return
-        timeout = self._config.timeout_seconds
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            self._current = current
-            self._status.started_at_ms = now_ms()
-            kill_requested = self._kill_requested
-        started.set()
-        if kill_requested:
-            self._signal(current, signal.SIGKILL)
-        exit_code, error = _describe_exit(self._supervise(current, deadline))
-        with self._lock:
-            if self._status.oom_killed:
-                error = self._oom_error
-            elif self._status.timed_out:
-                error = f"killed after timeout of {timeout:g}s"
-            self._finish_locked(exit_code=exit_code, error=error)
+    # -- build steps, on the caller's thread ----------------------------------------------------
 
     def _run_build_step(self, display: str, argv: list[str]) -> None:
         with self._lock:
@@ -495,16 +673,14 @@ class ProcessContainerHandle:
             first_line = len(self._lines)
         if killed:
             self._fail_build(display, 128 + signal.SIGKILL, [], error="killed during build")
+        loop = _ProcessLoop()
         try:
-            current = self._spawn(argv, merge_output=True)
+            current = self._spawn(loop, argv, merge_output=True, deadline=None)
         except OSError as e:
             self._fail_build(display, 127, [str(e)])
-        with self._lock:
-            self._current = current
-            kill_requested = self._kill_requested
-        if kill_requested:
-            self._signal(current, signal.SIGKILL)
-        exit_code, _ = _describe_exit(self._supervise(current, deadline=None))
+        loop.run_until(current.done)
+        assert current.returncode is not None
+        exit_code, _ = _describe_exit(current.returncode)
         with self._lock:
             self._current = None
             tail = [line.data for line in self._lines[first_line:]][-_BUILD_TAIL_LINES:]
