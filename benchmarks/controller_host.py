@@ -6,10 +6,10 @@ RSS and CPU are the controller's alone and the benchmark's clients do not share 
 It prints one JSON line, {"url": ..., "pid": ...}, once it serves, then answers commands read
 from stdin, one JSON line per command:
 
-- `round`: heartbeat every live worker now, through `Controller.request_heartbeat` exactly as the
-  periodic tick does, and wait until each has answered and been reconciled. Answers the round's
-  time (request to the last worker's recorded heartbeat), how many workers answered, and the
-  controller's CPU time over the round.
+- `round`: heartbeat every live worker now through `Controller.heartbeat_live_workers`, which
+  requests them as the periodic tick does and returns once each answer is reconciled. Answers
+  the round's time (the call's), how many workers answered, and the controller's CPU time over
+  the round.
 - `stats`: RSS and CPU time of this process, and the workers the store knows.
 - `quit`: stop the daemon and exit (so does the end of stdin).
 
@@ -56,44 +56,30 @@ class Host:
             )
         )
         self.process = psutil.Process()
-        # A connection of our own: WAL lets it read committed heartbeats without taking the
-        # store's lock away from the controller's loop.
+        # A connection of our own for `stats`: WAL lets it read without taking the store's lock
+        # away from the controller's loop.
         self._db = sqlite3.connect(f"file:{state_dir / 'controller.sqlite3'}?mode=ro", uri=True, check_same_thread=False)
 
     def live_worker_ids(self) -> list[str]:
         return [r[0] for r in self._db.execute(f"SELECT worker_id FROM workers WHERE state IN {LIVE}")]
 
     def heartbeat_round(self) -> dict:
-        controller = self.daemon.controller
-        loop = controller._loop
-        if loop is None:
-            raise RuntimeError("the controller has not started")
-        worker_ids = self.live_worker_ids()
-        # Heartbeats are stamped in whole milliseconds; step past the previous round's last one.
-        time.sleep(0.002)
         cpu_before = cpu_seconds(self.process)
         started_ms = int(time.time() * 1000)
-
-        def request_all() -> None:
-            for worker_id in worker_ids:
-                controller.request_heartbeat(worker_id)
-
-        loop.call_soon_threadsafe(request_all)
-        deadline = time.monotonic() + ROUND_TIMEOUT_S
-        while True:
-            answered, last_ms = self._db.execute(
-                f"SELECT COUNT(*), MAX(last_heartbeat_ms) FROM workers WHERE state IN {LIVE} AND last_heartbeat_ms >= ?",
-                (started_ms,),
-            ).fetchone()
-            if answered >= len(worker_ids) or time.monotonic() > deadline:
-                break
-            # The round's time comes from the recorded heartbeats, not from when this poll saw
-            # them, so polling slowly only spares the controller's CPU.
-            time.sleep(0.025)
+        started = time.perf_counter()
+        try:
+            answered = self.daemon.controller.heartbeat_live_workers_threadsafe(ROUND_TIMEOUT_S)
+            workers, answers = len(answered), sum(answered.values())
+        except TimeoutError:
+            # An incomplete round: count the workers whose heartbeat was recorded since it began.
+            workers = len(self.live_worker_ids())
+            answers = self._db.execute(
+                f"SELECT COUNT(*) FROM workers WHERE state IN {LIVE} AND last_heartbeat_ms >= ?", (started_ms,)
+            ).fetchone()[0]
         return {
-            "round_ms": (last_ms or started_ms) - started_ms,
-            "workers": len(worker_ids),
-            "answered": answered,
+            "round_ms": (time.perf_counter() - started) * 1000,
+            "workers": workers,
+            "answered": answers,
             "cpu_s": cpu_seconds(self.process) - cpu_before,
         }
 

@@ -119,6 +119,8 @@ class Controller:
         self._background: set[asyncio.Task] = set()
         self._http = pyqwest.Client()
         self._worker_clients: dict[str, WorkerServiceClient] = {}
+        # Per worker, who waits for its next heartbeat round to end (whether it was answered).
+        self._round_waiters: dict[str, list[asyncio.Future[bool]]] = {}
         self._stopping = False
         self._heartbeat_slots = asyncio.Semaphore(settings.max_heartbeats_in_flight)
         self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
@@ -193,6 +195,33 @@ class Controller:
     def request_heartbeat(self, worker_id: str) -> None:
         if not self._stopping:
             self.core.request_heartbeat(worker_id)
+
+    async def heartbeat_live_workers(self) -> dict[str, bool]:
+        """Heartbeat every live worker now, as the periodic tick does, and return once each one's
+        answer is reconciled (or its heartbeat failed): worker id -> whether it answered. A worker
+        whose round is in flight answers in the round after it, planned after this call."""
+        if self._stopping:
+            raise RuntimeError("the controller is stopping")
+        loop = asyncio.get_running_loop()
+        answered: dict[str, asyncio.Future[bool]] = {}
+        for worker in self.store.live_workers():
+            worker_id = worker["worker_id"]
+            answered[worker_id] = loop.create_future()
+            self._round_waiters.setdefault(worker_id, []).append(answered[worker_id])
+            self.request_heartbeat(worker_id)
+        await asyncio.gather(*answered.values())
+        return {worker_id: future.result() for worker_id, future in answered.items()}
+
+    def heartbeat_live_workers_threadsafe(self, timeout_s: float) -> dict[str, bool]:
+        """`heartbeat_live_workers` from another thread, waited for at most `timeout_s`."""
+        if self._loop is None:
+            raise RuntimeError("the controller has not started")
+        future = asyncio.run_coroutine_threadsafe(self.heartbeat_live_workers(), self._loop)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     def _spawn_heartbeats(self, worker_id: str) -> None:
         if self._stopping:
@@ -331,15 +360,21 @@ class Controller:
 
     async def _heartbeat_worker(self, worker_id: str) -> None:
         """Heartbeat rounds to one worker, back to back while the core wants another."""
+        waiting: list[asyncio.Future[bool]] = []
         try:
             while True:
+                # Who asked before this round is planned is answered by it; later askers also
+                # asked for another round, and wait for that one.
+                waiting = self._round_waiters.pop(worker_id, [])
                 outcome = await self._heartbeat_once(worker_id)
+                _settle(waiting, outcome is not None)
                 if not self.core.another_round(worker_id, outcome) or self._stopping:
                     return
         except Exception:
             logger.exception("heartbeat to %s failed unexpectedly", worker_id)
         finally:
             self.core.rounds_ended(worker_id)
+            _settle(waiting + self._round_waiters.pop(worker_id, []), False)
 
     def _begin_rounds(self, worker_ids: list[str]) -> list[HeartbeatRound | None]:
         rounds = self.core.begin_rounds(worker_ids)
@@ -385,6 +420,12 @@ class Controller:
             if owner:
                 run.env[TOKEN] = self._task_token(owner)
         return sent
+
+
+def _settle(waiting: list[asyncio.Future[bool]], answered: bool) -> None:
+    for future in waiting:
+        if not future.done():
+            future.set_result(answered)
 
 
 def _unreachable(message: str) -> ConnectError:
