@@ -1,8 +1,10 @@
-"""examples/eu-west4.yaml end to end on the fake Google APIs, driven by the real gcloud: `iris
-cluster start` creates the controller VM running the controller, the controller's autoscaler brings a
-v5litepod-16 slice (four hosts) up from zero, jobs run one task per host with the TPU environment,
-the CLI reaches the controller through the SSH tunnel (the controller's port is firewalled from
-the test host), and `stop` leaves no labelled node or VM."""
+"""examples/eu-west4.yaml end to end on the fake Google APIs, driven by the real gcloud:
+scripts/smoke-test.py starts the cluster (the controller VM running the controller), passes every
+validation step (its jobs bring v5litepod-16 slices, four hosts each, up from zero, two at once) and
+keeps the cluster up for the CLI's scenarios: jobs run one task per host with the TPU environment,
+the CLI reaches the controller through the SSH tunnel (the controller's port is firewalled from the
+test host), `reload` redeploys the daemons on the same nodes, `restart` keeps the jobs, preemption
+and stockouts are reported; then the smoke test's cleanup leaves nothing labelled."""
 
 from __future__ import annotations
 
@@ -130,8 +132,8 @@ def test_gcp_cluster_smoke_test_passes_then_cli_tpu_job_reload_restart_preemptio
 
             check_reload_redeploys_on_the_same_nodes(fake_gcp, config_file, workspace, run_iris)
 
-            # Preempted mid-task: the slice fails at once, its tasks go back on the preemption
-            # budget and start again on another slice.
+            # A job on the redeployed workers, preempted mid-task: the slice fails at once, its
+            # tasks go back on the preemption budget and start again on another slice.
             starts, release = tmp_path / "starts", tmp_path / "release"
             script = (
                 f'echo "$TPU_NAME $TPU_WORKER_ID" >> {starts}; while [ ! -e {release} ]; do sleep 0.1; done'
@@ -244,8 +246,8 @@ def check_reload_redeploys_on_the_same_nodes(
     fake_gcp: FakeGcp, config_file: Path, workspace: Path, run_iris: Callable[..., str]
 ) -> None:
     """`iris cluster reload` restarts the controller on its VM and the worker daemons on the TPU
-    nodes the cluster has: the same nodes and worker ids, new daemons that registered again, the
-    jobs kept, and a job runs on them."""
+    nodes the cluster has: the same nodes and worker ids, new daemons that registered again, and
+    the jobs kept (the next job of the caller runs on the redeployed workers)."""
     nodes = sorted(node.name for node in fake_gcp.nodes())
     creates = _node_creates(fake_gcp)
     hosts = [host for node in fake_gcp.nodes() for host in node.hosts]
@@ -273,8 +275,6 @@ def check_reload_redeploys_on_the_same_nodes(
 
         wait_until(registered_again, 60, 0.5, "the redeployed workers to register")
         assert {j.job_id: j.state for j in client.list_jobs()} == jobs_before
-    ran = run_iris("run", "--config", str(config_file), "--tpu", "v5litepod-16", "--", "echo", "after-reload")
-    assert ran.count("after-reload") >= 4, ran
 
 
 def _node_creates(fake_gcp: FakeGcp) -> int:
