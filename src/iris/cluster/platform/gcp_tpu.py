@@ -482,11 +482,12 @@ class GcpTpuSlices:
         index: int,
         worker: GcpWorkerHandle,
         bootstrap_config: config_pb2.BootstrapConfig,
+        pull: bool = False,
     ) -> None:
         daemon = worker_daemon(
             bootstrap_config, self._placement(record, index), self._kill_grace_s, self._storage_dirs
         )
-        script = start_script(daemon, round(self._init_timeout.seconds))
+        script = start_script(daemon, round(self._init_timeout.seconds), pull)
         timeout = Duration.from_seconds(self._init_timeout.seconds + g.BOOTSTRAP_SLACK.seconds)
         try:
             worker.bootstrap(script, timeout=timeout)
@@ -497,14 +498,16 @@ class GcpTpuSlices:
 
     def _redeploy(self, record: _SliceRecord, bootstrap_config: config_pb2.BootstrapConfig) -> None:
         """The worker bootstrap again on every host of a READY node (its start script stops the
-        daemon running there first): same node, same worker ids, the current config and image."""
+        daemon running there first): same node, same worker ids, the current config, and the image
+        pulled again (a rebuild keeps its tag)."""
         if record.state != CloudSliceState.READY:
             raise PlatformError(
                 f"slice {record.slice_id} is {record.state.value.lower()}, not ready: its workers cannot be "
                 f"redeployed ({record.message or 'no reason recorded'}); the controller replaces it"
             )
         failures = self._each_worker(
-            record, lambda index, worker: self._bootstrap_worker(record, index, worker, bootstrap_config)
+            record,
+            lambda index, worker: self._bootstrap_worker(record, index, worker, bootstrap_config, pull=True),
         )
         if failures:
             more = f" (and {len(failures) - 1} more host(s) failed)" if len(failures) > 1 else ""
