@@ -158,14 +158,24 @@ def reload_controller(
     process, so stopping and starting it again is the restart."""
     handle = find_controller(platform, config)
     if isinstance(handle, RestartableInPlace):
-        progress(f"restarting the controller on {handle.worker_id}, keeping its state")
-        handle.restart_in_place()
-        url = platform.discover_controller(config)
-        if url is None:
-            raise PlatformError(f"the controller on {handle.worker_id} restarted but cannot be found by its label")
-        return ControllerInfo(url, handle)
+        return _restart_in_place(platform, config, handle, progress)
     stop_controller(platform, config)
     return start_controller(platform, config, progress)
+
+
+def _restart_in_place(
+    platform: Platform,
+    config: config_pb2.IrisClusterConfig,
+    handle: StandaloneWorkerHandle,
+    progress: Callable[[str], None],
+) -> ControllerInfo:
+    assert isinstance(handle, RestartableInPlace)
+    progress(f"restarting the controller on {handle.worker_id}, keeping its state")
+    handle.restart_in_place()
+    url = platform.discover_controller(config)
+    if url is None:
+        raise PlatformError(f"the controller on {handle.worker_id} restarted but cannot be found by its label")
+    return ControllerInfo(url, handle)
 
 
 def reload_cluster(
@@ -185,12 +195,12 @@ def reload_cluster(
     controller = find_controller(platform, config)
     slices = platform.list_slices(_slice_zones(config), {_labels(config).managed: "true"})
     redeployable = [(h.slice_id, h) for h in slices if isinstance(h, RedeployableInPlace)]
-    if not isinstance(controller, RestartableInPlace) or len(redeployable) < len(slices):
+    if controller is None or not isinstance(controller, RestartableInPlace) or len(redeployable) < len(slices):
         _, ended = stop_all(platform, config)
         if ended:
             progress(f"stopped the workers of {len(ended)} slice(s): {', '.join(ended)}")
         return start_controller(platform, config, progress)
-    info = reload_controller(platform, config, progress)
+    info = _restart_in_place(platform, config, controller, progress)
     bootstrap = config_pb2.BootstrapConfig()
     bootstrap.CopyFrom(config.defaults.bootstrap)
     bootstrap.controller_address = info.url
