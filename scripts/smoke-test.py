@@ -10,7 +10,8 @@ job, concurrent jobs that make the autoscaler provision in parallel, a coschedul
 and an accelerator job that checks its TPU/GPU environment and computes), collect logs into
 --log-dir when something failed, and delete everything the run created. `--prefix` becomes the
 cluster's name and label prefix (and its own state directory), so runs do not see each other's
-resources. Exits 1 with one line per failed step.
+resources. `--pause-before-cleanup` keeps the cluster up after the jobs until Enter is pressed, for
+a look at it (or further checks) before it is deleted. Exits 1 with one line per failed step.
 """
 
 from __future__ import annotations
@@ -179,6 +180,11 @@ class SmokeTest:
         failed = any(not r.passed for r in self.results)
         if failed and self.started:
             self.step("collect logs", self.collect_logs)
+        if self.args.pause_before_cleanup and self.started:
+            # Whoever drives the run (a person, a test) looks at the live cluster; a newline or
+            # the end of stdin goes on to the cleanup.
+            print(f"cluster '{self.args.prefix}' is up (config: {self.config_path}); press Enter to clean up", flush=True)
+            sys.stdin.readline()
         if failed and self.args.no_cleanup_on_failure:
             print(f"left the cluster running (--no-cleanup-on-failure); config: {self.config_path}")
         else:
@@ -203,6 +209,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--job-timeout", type=float, default=DEFAULT_JOB_TIMEOUT_S, help="Seconds each job step may take.")
     parser.add_argument("--log-dir", default=None, help="Where logs go on failure (default: a directory in the temp dir).")
     parser.add_argument("--prefix", default=f"smoke-{int(time.time())}", help="Name and label prefix of this run's resources.")
+    parser.add_argument(
+        "--pause-before-cleanup", action="store_true", help="After the jobs, wait for Enter before cleaning up (to inspect the cluster)."
+    )
     parser.add_argument("--scale-group", default=None, help="The group the jobs run on (default: most hosts per slice).")
     return parser.parse_args(argv)
 

@@ -4,8 +4,8 @@
         gcloud("compute", "tpus", "tpu-vm", "create", "n", "--zone", ZONE, ...)
         fake_gcp.nodes()
 
-One HostNetwork (tests/hosts/netns.py) serves the whole session: enough hosts for a v5litepod-16
-slice (4) plus a controller VM and a spare. Every test gets a fresh fake over it (hosts wiped and
+One HostNetwork (tests/hosts/netns.py) serves the whole session: enough hosts for two v5litepod-16
+slices (4 each) plus a controller VM. Every test gets a fresh fake over it (hosts wiped and
 given back when it stops) and a gcloud with its own HOME. A machine without gcloud or network
 namespaces skips these tests; under CI=true the suite's conftest turns that skip into a failure.
 """
@@ -24,8 +24,9 @@ from fakes.gcp import FakeGcp
 from fakes.gcp.gcloud import Gcloud
 from netns import HostNetwork, HostsUnavailable
 
-# A v5litepod-16 slice (4 hosts), a controller VM and a spare.
-GCP_HOSTS = 6
+# Two v5litepod-16 slices (4 hosts each: the smoke test's concurrent jobs bring up both at once)
+# and a controller VM.
+GCP_HOSTS = 9
 
 
 @pytest.fixture(scope="session")

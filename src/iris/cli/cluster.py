@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import webbrowser
+from collections.abc import Callable
 
 import click
 
@@ -30,12 +31,14 @@ from iris.cli.controller import controller
 from iris.cli.debug import debug_group
 from iris.cli.render import age, console, jobs_table, message_dict, print_json, recent_workers, workers_table
 from iris.client.client import IrisClient, IrisError, NotAuthenticatedError
+from iris.cluster.auth.tokens import WORKER_TOKEN_TTL_S, AuthMode, parse_mode
 from iris.cluster.controller.lifecycle import (
     ClusterNotRunningError,
     connect_cluster,
     controller_connection,
     local_state_dir,
     reachable_controller,
+    reload_cluster,
     reload_controller,
     start_controller,
     stop_all,
@@ -44,6 +47,7 @@ from iris.cluster.platform.base import Platform, PlatformError
 from iris.cluster.types import UNFINISHED_JOB_STATES, job_state_name
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
+from iris.time import Duration
 
 
 @click.group()
@@ -87,13 +91,16 @@ def _confirm_ending_jobs(
     platform: Platform, config: config_pb2.IrisClusterConfig, config_path: str, yes: bool, doing: str
 ) -> None:
     """List the jobs whose tasks `doing` the cluster ends, and ask (or need --yes) to go on."""
+    if yes:
+        # Nothing to ask, so nothing to list (on a cloud, listing costs a tunnel to the controller).
+        return
     unfinished = _unfinished_jobs(platform, config)
-    if unfinished is None and not yes:
+    if unfinished is None:
         raise click.ClickException(
             f"not {doing}: auth is on and this shell has no token, so the jobs still running cannot be listed; "
             f"log in (iris login --config {config_path}) or pass --yes to go on anyway"
         )
-    if unfinished and not yes:
+    if unfinished:
         click.echo(f"{len(unfinished)} job(s) have not finished:", err=True)
         for job in unfinished[:20]:
             click.echo(f"  {job.job_id}  {job_state_name(job.state)}", err=True)
@@ -164,11 +171,27 @@ def reload(ctx: click.Context, yes: bool, no_build: bool) -> None:
         click.echo("the config names no images: the daemons run this checkout's code")
     _confirm_ending_jobs(platform, config, config_path, yes, "reloading")
     with console.status(f"reloading cluster '{config.name}'"):
-        _, slices = stop_all(platform, config)
-        if slices:
-            console.print(f"  stopped the workers of {len(slices)} slice(s): {', '.join(slices)}")
-        info = start_controller(platform, config, progress=lambda m: console.print(f"  {m}"))
+        info = reload_cluster(platform, config, _worker_token(platform, config), lambda m: console.print(f"  {m}"))
     report_running(platform, config, config_path, info)
+
+
+def _worker_token(platform: Platform, config: config_pb2.IrisClusterConfig) -> Callable[[str], str]:
+    """What redeployed workers register with: a worker token from the controller (this shell's
+    login must be an admin's) when auth is on, else nothing."""
+
+    def issue(url: str) -> str:
+        if parse_mode(config.auth.mode) is AuthMode.NONE:
+            return ""
+        with reachable_controller(platform, url) as reachable, IrisClient.remote(reachable) as client:
+            try:
+                return client.create_token("worker", "worker", Duration.from_seconds(WORKER_TOKEN_TTL_S)).token
+            except IrisError as exc:
+                raise click.ClickException(
+                    f"the controller restarted, but no worker token for the redeployed workers: {exc} "
+                    f"(log in as an admin: iris login --config ..., then reload again)"
+                ) from None
+
+    return issue
 
 
 @cluster.command()

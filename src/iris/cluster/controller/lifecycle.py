@@ -12,6 +12,7 @@ A controller on another host may not be reachable from the machine running the C
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from iris.cluster.platform.base import (
     Labels,
     Platform,
     PlatformError,
+    RedeployableInPlace,
     RestartableInPlace,
     SliceHandle,
     StandaloneWorkerHandle,
@@ -156,14 +158,71 @@ def reload_controller(
     process, so stopping and starting it again is the restart."""
     handle = find_controller(platform, config)
     if isinstance(handle, RestartableInPlace):
-        progress(f"restarting the controller on {handle.worker_id}, keeping its state")
-        handle.restart_in_place()
-        url = platform.discover_controller(config)
-        if url is None:
-            raise PlatformError(f"the controller on {handle.worker_id} restarted but cannot be found by its label")
-        return ControllerInfo(url, handle)
+        return _restart_in_place(platform, config, handle, progress)
     stop_controller(platform, config)
     return start_controller(platform, config, progress)
+
+
+def _restart_in_place(
+    platform: Platform,
+    config: config_pb2.IrisClusterConfig,
+    handle: StandaloneWorkerHandle,
+    progress: Callable[[str], None],
+) -> ControllerInfo:
+    assert isinstance(handle, RestartableInPlace)
+    progress(f"restarting the controller on {handle.worker_id}, keeping its state")
+    handle.restart_in_place()
+    url = platform.discover_controller(config)
+    if url is None:
+        raise PlatformError(f"the controller on {handle.worker_id} restarted but cannot be found by its label")
+    return ControllerInfo(url, handle)
+
+
+def reload_cluster(
+    platform: Platform,
+    config: config_pb2.IrisClusterConfig,
+    worker_token: Callable[[str], str],
+    progress: Callable[[str], None] = lambda m: None,
+) -> ControllerInfo:
+    """Redeploy the controller and every worker with the current config and images.
+
+    Where the controller restarts on its VM and every slice can take new worker daemons on its
+    machines (a cloud: both would otherwise be paid for and waited for again), the controller is
+    restarted in place and the worker bootstrap is run again on each slice's hosts, which keep their
+    names; `worker_token(controller_url)` is what the new workers register with ("" when auth is
+    off). Elsewhere the slices are stopped and the controller started again, and its autoscaler
+    brings them back. Either way the jobs survive; tasks running on the old workers start over."""
+    controller = find_controller(platform, config)
+    slices = platform.list_slices(_slice_zones(config), {_labels(config).managed: "true"})
+    redeployable = [(h.slice_id, h) for h in slices if isinstance(h, RedeployableInPlace)]
+    if controller is None or not isinstance(controller, RestartableInPlace) or len(redeployable) < len(slices):
+        _, ended = stop_all(platform, config)
+        if ended:
+            progress(f"stopped the workers of {len(ended)} slice(s): {', '.join(ended)}")
+        return start_controller(platform, config, progress)
+    info = _restart_in_place(platform, config, controller, progress)
+    bootstrap = config_pb2.BootstrapConfig()
+    bootstrap.CopyFrom(config.defaults.bootstrap)
+    bootstrap.controller_address = info.url
+    bootstrap.worker_token = worker_token(info.url)
+
+    def redeploy(target: tuple[str, RedeployableInPlace]) -> str | None:
+        slice_id, handle = target
+        progress(f"redeploying the workers of slice {slice_id} on its hosts")
+        try:
+            handle.redeploy(bootstrap)
+        except PlatformError as exc:
+            return str(exc)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, len(redeployable))) as pool:
+        failures = [failure for failure in pool.map(redeploy, redeployable) if failure]
+    if failures:
+        raise PlatformError(
+            f"the controller was reloaded but {len(failures)} of {len(slices)} slice(s) were not: "
+            + "; ".join(failures)
+        )
+    return info
 
 
 def connect_cluster(platform: Platform, config: config_pb2.IrisClusterConfig) -> str:

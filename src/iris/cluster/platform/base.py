@@ -106,6 +106,18 @@ class RestartableInPlace(Protocol):
         ...
 
 
+@runtime_checkable
+class RedeployableInPlace(Protocol):
+    """A slice whose machines outlive its worker daemons (a TPU node): `iris cluster reload` starts
+    the workers again on the same machines, with the current config and image, instead of
+    replacing the slice."""
+
+    def redeploy(self, bootstrap_config: config_pb2.BootstrapConfig) -> None:
+        """Restart the worker daemon on every host of this slice with `bootstrap_config`; returns
+        once each answers, PlatformError naming the hosts that did not."""
+        ...
+
+
 @dataclass
 class SliceStatus:
     state: CloudSliceState

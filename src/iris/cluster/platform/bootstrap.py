@@ -317,9 +317,11 @@ def _preamble(daemon_name: str, module: str) -> str:
 _ANY_DAEMON_MODULE = "iris.cluster."
 
 
-def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S) -> str:
+def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S, pull: bool = False) -> str:
     """Bash that (re)starts `daemon` on the host and exits 0 once it answers /health on its port.
 
+    An image already on the host is used as it is, unless `pull`: a redeploy pulls it again, since
+    a rebuilt image is usually pushed under the same tag.
     Exits non-zero with the reason and the daemon's last output if it cannot be started or dies
     before it is healthy; then nothing of it is left running.
     """
@@ -342,10 +344,11 @@ def start_script(daemon: HostDaemon, ready_timeout_s: int = DEFAULT_READY_TIMEOU
             "command -v docker >/dev/null 2>&1 || fail 'docker is not installed on this host: install Docker, "
             "or set defaults.bootstrap.python_env to run the daemon from a Python environment'"
         )
-        lines.append(
-            f"docker image inspect {image} >/dev/null 2>&1 || {{ say pulling {image}; docker pull -q {image} "
+        pull_image = (
+            f"{{ say pulling {image}; docker pull -q {image} "
             f"|| fail 'could not pull {daemon.image}: check the image name and that this host can reach its registry'; }}"
         )
+        lines.append(pull_image if pull else f"docker image inspect {image} >/dev/null 2>&1 || {pull_image}")
         # Not labelled iris.managed: that marks task containers, which a starting worker removes.
         run = [
             "docker",

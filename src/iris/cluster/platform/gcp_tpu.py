@@ -188,6 +188,9 @@ class GcpSliceHandle(SliceRecordView):
     def terminate(self) -> None:
         self._tpus._terminate(self._record)
 
+    def redeploy(self, bootstrap_config: config_pb2.BootstrapConfig) -> None:
+        self._tpus._redeploy(self._record, bootstrap_config)
+
 
 # ---------------------------------------------------------------- the slices
 
@@ -479,11 +482,12 @@ class GcpTpuSlices:
         index: int,
         worker: GcpWorkerHandle,
         bootstrap_config: config_pb2.BootstrapConfig,
+        pull: bool = False,
     ) -> None:
         daemon = worker_daemon(
             bootstrap_config, self._placement(record, index), self._kill_grace_s, self._storage_dirs
         )
-        script = start_script(daemon, round(self._init_timeout.seconds))
+        script = start_script(daemon, round(self._init_timeout.seconds), pull)
         timeout = Duration.from_seconds(self._init_timeout.seconds + g.BOOTSTRAP_SLACK.seconds)
         try:
             worker.bootstrap(script, timeout=timeout)
@@ -491,6 +495,26 @@ class GcpTpuSlices:
             # Hosts of a fresh node come up one by one: wait for this one (up to boot_timeout).
             self._await_host(worker)
             worker.bootstrap(script, timeout=timeout)
+
+    def _redeploy(self, record: _SliceRecord, bootstrap_config: config_pb2.BootstrapConfig) -> None:
+        """The worker bootstrap again on every host of a READY node (its start script stops the
+        daemon running there first): same node, same worker ids, the current config, and the image
+        pulled again (a rebuild keeps its tag)."""
+        if record.state != CloudSliceState.READY:
+            raise PlatformError(
+                f"slice {record.slice_id} is {record.state.value.lower()}, not ready: its workers cannot be "
+                f"redeployed ({record.message or 'no reason recorded'}); the controller replaces it"
+            )
+        failures = self._each_worker(
+            record,
+            lambda index, worker: self._bootstrap_worker(record, index, worker, bootstrap_config, pull=True),
+        )
+        if failures:
+            more = f" (and {len(failures) - 1} more host(s) failed)" if len(failures) > 1 else ""
+            raise PlatformError(
+                f"redeploying the workers of slice {record.slice_id}: {failures[0].splitlines()[0]}{more}"
+            )
+        logger.info("gcp slice %s: redeployed %d worker(s)", record.slice_id, len(record.workers))
 
     def _watch_all(self) -> None:
         """Every ssh_poll_interval, one list of the cluster's nodes in every zone (not a describe per
