@@ -47,6 +47,8 @@ RESOURCES = [
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     Resource("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     Resource("", "v1", "events", "Event", True, ("ev",)),
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",), ("status",)),
+    Resource("", "v1", "persistentvolumes", "PersistentVolume", False, ("pv",), ("status",)),
     Resource("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale")),
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
