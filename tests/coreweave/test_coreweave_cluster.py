@@ -1,7 +1,9 @@
 """examples/coreweave.yaml end to end on the fake CKS cluster, driven as an operator drives a real
-one: `iris cluster start` with the real `kubectl` and `kubernetes` client, the controller running
-from its image in a Deployment Pod, a GPU job scaling its NodePool from zero into a task Pod,
-the controller Pod deleted mid-job, and `iris cluster stop`.
+one, all on one cluster start: the smoke test starting and validating it with the real `kubectl`
+and `kubernetes` client, the controller running from its image in a Deployment Pod, `start`
+again (nothing changes; then a changed config rolls out), a GPU job scaling its NodePool from zero
+into a task Pod, the controller moved to another node mid-job with its state, each early failure
+of a slice shown by `iris cluster slice list`, `debug cleanup`, and `iris cluster stop`.
 
 Only what cannot be the same here is overridden: the kubeconfig, the object storage endpoint and
 bucket (a moto server), the images (built from the Dockerfiles on the test base image), free
@@ -37,7 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 IRIS = Path(sys.executable).parent / "iris"
 BUCKET = "iris-coreweave-e2e"
 NAMESPACED = ("serviceaccount/iris-controller", "secret/iris-s3-credentials", "configmap/iris-cluster-config",
-              "deployment/iris-controller", "service/iris-controller-svc")
+              "persistentvolumeclaim/iris-controller-state", "deployment/iris-controller",
+              "service/iris-controller-svc")
 CLUSTER_WIDE = ("namespace/iris", "clusterrole/iris-controller", "clusterrolebinding/iris-controller")
 
 
@@ -101,6 +104,8 @@ def cks(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -
 
 def _config_file(directory: Path, cluster: FakeKubernetes, endpoint: str, images: dict[str, str]) -> Path:
     config = yaml.safe_load((REPO / "examples" / "coreweave.yaml").read_text())
+    # The smoke test that starts the cluster names it after its --prefix, which is the label prefix.
+    config["name"] = config["platform"]["label_prefix"]
     config["platform"]["coreweave"]["kubeconfig_path"] = str(cluster.kubeconfig)
     config["platform"]["coreweave"]["object_storage_endpoint"] = endpoint
     config["storage"]["bundle_prefix"] = f"s3://{BUCKET}/bundles"
@@ -120,9 +125,14 @@ def _config_file(directory: Path, cluster: FakeKubernetes, endpoint: str, images
     return path
 
 
+def _env(cluster: FakeKubernetes) -> dict[str, str]:
+    return {**cluster.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
+
+
 def _iris(cluster: FakeKubernetes, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**cluster.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
-    return subprocess.run([str(IRIS), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [str(IRIS), *args], capture_output=True, text=True, env=_env(cluster), timeout=timeout, check=False
+    )
 
 
 def _get(cluster: FakeKubernetes, *what: str, namespace: str = "iris") -> list[dict[str, Any]]:
@@ -153,16 +163,24 @@ def _controller_pod(cluster: FakeKubernetes) -> dict[str, Any] | None:
 
 
 @pytest.mark.timeout(900)
-def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_stops(
+def test_coreweave_example_passes_the_smoke_test_runs_a_gpu_job_survives_controller_loss_and_stops(
     tmp_path: Path, cks: FakeKubernetes, object_storage: str, images: dict[str, str]
 ) -> None:
     config = str(_config_file(tmp_path, cks, object_storage, images))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
 
-    started = _iris(cks, "--config", config, "cluster", "start")
+    # The smoke test starts the cluster and validates it (simple, concurrent, coscheduled and
+    # accelerator jobs), then leaves it running for the scenarios below.
+    smoke = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "smoke-test.py"), "--config", config, "--no-build-images",
+         "--prefix", "iris", "--keep-cluster", "--job-timeout", "240",
+         "--log-dir", str(tmp_path / "smoke-logs")],
+        capture_output=True, text=True, env=_env(cks), timeout=900, check=False,
+    )
     try:
-        assert started.returncode == 0, started.stdout + started.stderr
+        assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+        assert "smoke test passed" in smoke.stdout and "--keep-cluster" in smoke.stdout
         # Every resource of seed 001 section 13, read back with kubectl.
         versions = _versions(cks)
         pools = {p["metadata"]["name"]: p for p in _get(cks, "nodepools", namespace="")}
@@ -195,11 +213,10 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
 
         # A GPU job: its pool grows from zero, a worker Pod comes up, the task runs in its own Pod.
         assert pools["iris-h100-8x"].get("status", {}).get("currentNodes", 0) == 0
-        env = {**cks.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
         running = subprocess.Popen(
             [str(IRIS), "--config", config, "run", "--gpu", "H100x2", "--workspace", str(workspace), "--",
              "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME; sleep 4"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cks),
         )
 
         def gpu_task_pod() -> dict[str, Any] | None:
@@ -232,30 +249,46 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
         )
         old = _controller_pod(cks)
         assert old is not None
+        with _client(cks, config) as client:
+            known = {job.job_id for job in client.list_jobs()}
         cordoned = cks.kubectl("cordon", old["spec"]["nodeName"])
         assert cordoned.returncode == 0, cordoned.stderr
         deleted = cks.kubectl("delete", "pod", old["metadata"]["name"], "-n", "iris", "--wait=false")
         assert deleted.returncode == 0, deleted.stderr
         moved = wait_until(
-            lambda: (p := _controller_pod(cks)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"] and p,
+            lambda: (p := _controller_pod(cks)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"]
+            and p,
             120, 0.5, "the replacement controller Pod",
         )
         assert moved["spec"]["nodeName"] != old["spec"]["nodeName"]
         with _client(cks, config) as client:
-            # The first GPU job, finished before the move, is still known: the state came along.
-            states = [job.state for job in client.list_jobs()]
-            assert pb.JOB_STATE_SUCCEEDED in states and len(states) == 2
+            # Every job, finished or not, is still known: the state came along to the new node.
+            assert known <= {job.job_id for job in client.list_jobs()}
         logs = _iris(cks, "--config", config, "job", "logs", "-f", job_id)
         assert logs.returncode == 0, logs.stdout + logs.stderr
         assert logs.stdout.count("attempt-started") == 1 and "attempt-finished" in logs.stdout
 
         _each_early_failure_ends_a_new_slice_shown_by_slice_list(cks, config, images)
+
+        # debug cleanup: the dry run lists exactly what --no-dry-run then deletes.
+        dry = _iris(cks, "--config", config, "cluster", "debug", "cleanup")
+        assert dry.returncode == 0 and "dry run" in dry.stdout, dry.stdout + dry.stderr
+        listed = [line for line in dry.stdout.splitlines() if line.startswith(("vm ", "slice "))]
+        assert {line.split()[0] for line in listed} == {"vm", "slice"}
+        cleaned = _iris(cks, "--config", config, "cluster", "debug", "cleanup", "--no-dry-run")
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        assert [line for line in cleaned.stdout.splitlines() if line.startswith(("vm ", "slice "))] == listed
+        vms = sum(line.startswith("vm ") for line in listed)
+        assert f"deleted {vms} VM(s) and {len(listed) - vms} slice(s)" in cleaned.stdout
+        after = _iris(cks, "--config", config, "cluster", "debug", "cleanup")
+        assert "nothing of cluster 'iris' found" in after.stdout, after.stdout + after.stderr
     finally:
         stopped = _iris(cks, "--config", config, "cluster", "stop", "--yes")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
     def only_pools_left() -> bool:
-        everything = cks.kubectl("get", "pods,services,deployments,configmaps,secrets,serviceaccounts", "-A", "-o", "json")
+        kinds = "pods,services,deployments,configmaps,secrets,serviceaccounts,persistentvolumeclaims"
+        everything = cks.kubectl("get", kinds, "-A", "-o", "json")
         leftovers = [o for o in json.loads(everything.stdout)["items"] if o["metadata"]["namespace"] == "iris"]
         wide = cks.kubectl("get", "namespace/iris", "clusterrole/iris-controller", "clusterrolebinding/iris-controller")
         return not leftovers and "NotFound" in wide.stderr and wide.stdout.strip() == ""
@@ -277,8 +310,10 @@ def _each_early_failure_ends_a_new_slice_shown_by_slice_list(
          "keeps crashing"),
         (lambda: cks.kubectl("delete", "secret", "iris-s3-credentials", "-n", "iris"),
          'secret "iris-s3-credentials" not found'),
-        (lambda: cks.fail_image_pull(images["worker"], "manifest unknown"), f"cannot pull image {images['worker']}"),
-        (lambda: cks.kubectl("delete", "configmap", "iris-cluster-config", "-n", "iris"), "cannot mount its volumes"),
+        (lambda: cks.fail_image_pull(images["worker"], "manifest unknown"),
+         f"cannot pull image {images['worker']}"),
+        (lambda: cks.kubectl("delete", "configmap", "iris-cluster-config", "-n", "iris"),
+         "cannot mount its volumes"),
     ]
     failed: dict[str, str] = {}
     with _client(cks, config) as client:
@@ -288,7 +323,8 @@ def _each_early_failure_ends_a_new_slice_shown_by_slice_list(
 
             def ended() -> str:
                 slices = client.call("list_slices", pb.ListSlicesRequest(include_deleted=True)).slices
-                return next((s.error for s in slices if s.slice_id == created and s.state in ("FAILED", "DELETED")), "")
+                ended = [s for s in slices if s.slice_id == created and s.state in ("FAILED", "DELETED")]
+                return ended[0].error if ended else ""
 
             failed[created] = wait_until(ended, 60, 0.2, f"slice {created} to fail")
             assert reason in failed[created], failed[created]

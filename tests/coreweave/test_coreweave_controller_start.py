@@ -30,7 +30,8 @@ def _start(cluster: FakeKubernetes, config: Any, tmp_path: Path, **env: str) -> 
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(config_to_dict(config)))
     began = time.monotonic()
-    started = CliRunner().invoke(iris, ["--config", str(path), "cluster", "start"], env={**cluster.env(), **env})
+    command = ["--config", str(path), "cluster", "start"]
+    started = CliRunner().invoke(iris, command, env={**cluster.env(), **env})
     seconds = time.monotonic() - began
     # What the failed start left for the operator to inspect goes, so the Pod stops crash-looping.
     CoreweavePlatform(config).delete_controller_resources()

@@ -66,4 +66,5 @@ def test_ghcr_push_of_each_built_image_names_the_image_the_example_runs() -> Non
         assert pushed.exit_code == 0, pushed.output
         assert pushed.output.strip() == expected[kind], kind
     [deployment] = [d for d in _documents("controller-deployment.yaml").values() if d["kind"] == "Deployment"]
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == expected["controller-coreweave"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == expected["controller-coreweave"]

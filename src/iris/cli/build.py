@@ -50,7 +50,9 @@ IMAGE_KINDS = {
     "controller": ImageKind("Dockerfile.controller", "iris-controller:latest", DAEMON_EXTRAS),
     # The CoreWeave controller (in-cluster Kubernetes access, no gcloud): `controller-image
     # --dockerfile Dockerfile.controller.coreweave` builds it under this tag.
-    "controller-coreweave": ImageKind("Dockerfile.controller.coreweave", "iris-controller-coreweave:latest", DAEMON_EXTRAS),
+    "controller-coreweave": ImageKind(
+        "Dockerfile.controller.coreweave", "iris-controller-coreweave:latest", DAEMON_EXTRAS
+    ),
     "task": ImageKind("Dockerfile.task", "iris-task:latest", ()),
 }
 
@@ -320,7 +322,8 @@ def _build_then_push(kind_name: str, options: dict[str, Any]) -> None:
     if not push_to and (registry or region or project):
         raise click.UsageError("--registry, --region and --project say where to push: add --push")
     # A bad destination is a usage error before a build of minutes, not after it.
-    destination = _push_destination(options["tag"] or default_tag(IMAGE_KINDS[kind_name], options["dockerfile"]), registry, region, project) if push_to else None
+    tag = options["tag"] or default_tag(IMAGE_KINDS[kind_name], options["dockerfile"])
+    destination = _push_destination(tag, registry, region, project) if push_to else None
     tag = build_image(IMAGE_KINDS[kind_name], **options)
     if destination is not None:
         push_image(tag, destination)

@@ -194,7 +194,9 @@ class ControlPlane:
         while not self._stop.is_set():
             self._wake.wait(_TICK_SECONDS)
             self._wake.clear()
-            for reconcile in (self._namespaces, self._volumes, self._deployments, self._nodepools, self._schedule):
+            for reconcile in (
+                self._namespaces, self._volumes, self._deployments, self._nodepools, self._schedule
+            ):
                 try:
                     reconcile()
                 except ApiError:
@@ -226,7 +228,7 @@ class ControlPlane:
 
     def _volumes(self) -> None:
         claims, _ = self.store.list(CLAIMS)
-        live = {claim["metadata"]["uid"] for claim in claims if not claim["metadata"].get("deletionTimestamp")}
+        live = {c["metadata"]["uid"] for c in claims if not c["metadata"].get("deletionTimestamp")}
         for claim in claims:
             if claim["metadata"]["uid"] in live and not (claim.get("spec") or {}).get("volumeName"):
                 self._provision(claim)
@@ -616,7 +618,26 @@ def _misfit(pod: dict[str, Any], node: dict[str, Any], pods: list[dict[str, Any]
     for name, amount in pod_requests(pod).items():
         if amount > allocatable.get(name, 0.0) - used.get(name, 0.0) + 1e-9:
             return f"Insufficient {name}"
+    taken = {
+        port
+        for other in _pods_on(node["metadata"].get("name", ""), pods)
+        if other["metadata"].get("uid") != pod["metadata"].get("uid") and not is_terminal(other)
+        for port in _host_ports(other)
+    }
+    if taken & _host_ports(pod):
+        return "node(s) didn't have free ports for the requested pod ports"
     return None
+
+
+def _host_ports(pod: dict[str, Any]) -> set[tuple[str, int]]:
+    """The (protocol, port) pairs the Pod takes on its node (hostPort; a host-network Pod's
+    containerPorts are defaulted to hostPorts)."""
+    return {
+        (port.get("protocol", "TCP"), int(port["hostPort"]))
+        for container in (pod.get("spec") or {}).get("containers") or []
+        for port in container.get("ports") or []
+        if port.get("hostPort")
+    }
 
 
 def _unschedulable_reason(

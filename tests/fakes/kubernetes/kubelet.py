@@ -223,13 +223,15 @@ class PodWorker:
         claim = self.kubelet.store.find(_resource("persistentvolumeclaims"), self.namespace, claim_name)
         if claim is None:
             raise ConfigError(
-                f'MountVolume.SetUp failed for volume "{volume_name}" : persistentvolumeclaim "{claim_name}" not found'
+                f'MountVolume.SetUp failed for volume "{volume_name}" : '
+                f'persistentvolumeclaim "{claim_name}" not found'
             )
         bound = (claim.get("spec") or {}).get("volumeName", "")
         pv = self.kubelet.store.find(_resource("persistentvolumes"), "", bound) if bound else None
         if pv is None or (claim.get("status") or {}).get("phase") != "Bound":
             raise ConfigError(
-                f'MountVolume.SetUp failed for volume "{volume_name}" : persistentvolumeclaim "{claim_name}" is not bound'
+                f'MountVolume.SetUp failed for volume "{volume_name}" : '
+                f'persistentvolumeclaim "{claim_name}" is not bound'
             )
         return str(pv["spec"]["hostPath"]["path"])
 

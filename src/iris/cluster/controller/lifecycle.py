@@ -142,7 +142,8 @@ def start_controller(
 
 
 def _controller_vm_config(config: config_pb2.IrisClusterConfig) -> config_pb2.VmConfig:
-    return config_pb2.VmConfig(name=f"{_labels(config).prefix}-controller", labels={_labels(config).controller: "true"})
+    labels = _labels(config)
+    return config_pb2.VmConfig(name=f"{labels.prefix}-controller", labels={labels.controller: "true"})
 
 
 def _log_tail(handle: StandaloneWorkerHandle, lines: int = 15) -> str:

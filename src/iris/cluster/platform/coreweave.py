@@ -3,9 +3,9 @@
 `iris cluster start` (through `create_vm`) applies the Namespace and RBAC, the S3 credentials
 Secret, the cluster-config ConfigMap, one NodePool per scale group, the claim holding the
 controller's state, and the controller Deployment and Service, then waits for the Deployment with
-early failure detection; started again, it applies a changed config and rolls the controller out. Slices are worker Pods on
-their group's pool; their state is rebuilt from the Pods' labels after a controller restart. The
-manifests themselves come from coreweave_resources.py.
+early failure detection; started again, it applies a changed config and rolls the controller
+out. Slices are worker Pods on their group's pool; their state is rebuilt from the Pods' labels
+after a controller restart. The manifests themselves come from coreweave_resources.py.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ class CoreweavePlatform:
         self.apply_controller(config)
         deployment = self.kube.get("Deployment", res.CONTROLLER_NAME, self.namespace)
         if deployment is None:
-            raise PlatformError(f"the controller Deployment in namespace {self.namespace} vanished during start")
+            raise PlatformError(f"the controller Deployment in namespace {self.namespace} vanished at start")
         return CoreweaveControllerHandle(self, deployment)
 
     def apply_controller(self, config: config_pb2.VmConfig) -> bool:
@@ -539,7 +539,8 @@ class CoreweavePlatform:
             _created_at(metadata),
         )
         # The caller holds the lock, so the moves go through move_slice directly.
-        move_slice(SLICE_TRANSITIONS, record, CloudSliceState.BOOTSTRAPPING, "its worker Pod was found at controller start")
+        found = "its worker Pod was found at controller start"
+        move_slice(SLICE_TRANSITIONS, record, CloudSliceState.BOOTSTRAPPING, found)
         if (pod.get("status") or {}).get("phase") == "Running" and res.pod_ready(pod):
             record.worker = self._worker_handle(pod)
             move_slice(SLICE_TRANSITIONS, record, CloudSliceState.READY, "its Pod is running and ready")
