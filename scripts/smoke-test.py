@@ -181,8 +181,6 @@ class SmokeTest:
             self.step("collect logs", self.collect_logs)
         if failed and self.args.no_cleanup_on_failure:
             print(f"left the cluster running (--no-cleanup-on-failure); config: {self.config_path}")
-        elif not failed and self.args.keep_cluster:
-            print(f"left the cluster running (--keep-cluster); config: {self.config_path}")
         else:
             self.step("cleanup", self.cleanup)
         self.platform.shutdown()
@@ -202,9 +200,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--config", required=True, help="The cluster config YAML.")
     parser.add_argument("--no-build-images", action="store_true", help="Use the images as they are in the registry.")
     parser.add_argument("--no-cleanup-on-failure", action="store_true", help="Keep the cluster when a step failed.")
-    parser.add_argument(
-        "--keep-cluster", action="store_true", help="Keep the cluster running when every step passed."
-    )
     parser.add_argument("--job-timeout", type=float, default=DEFAULT_JOB_TIMEOUT_S, help="Seconds each job step may take.")
     parser.add_argument("--log-dir", default=None, help="Where logs go on failure (default: a directory in the temp dir).")
     parser.add_argument("--prefix", default=f"smoke-{int(time.time())}", help="Name and label prefix of this run's resources.")

@@ -1,7 +1,7 @@
 """examples/coreweave.yaml end to end on the fake CKS cluster, driven as an operator drives a real
-one, all on one cluster start: the smoke test starting and validating it with the real `kubectl`
-and `kubernetes` client, the controller running from its image in a Deployment Pod, `start`
-again (nothing changes; then a changed config rolls out), a GPU job scaling its NodePool from zero
+one, all on one cluster start: `iris cluster start` with the real `kubectl` and `kubernetes`
+client, the controller running from its image in a Deployment Pod, `start` again (nothing
+changes; then a changed config rolls out), a GPU job scaling its NodePool from zero
 into a task Pod, the controller moved to another node mid-job with its state, each early failure
 of a slice shown by `iris cluster slice list`, `debug cleanup`, and `iris cluster stop`.
 
@@ -104,8 +104,6 @@ def cks(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -
 
 def _config_file(directory: Path, cluster: FakeKubernetes, endpoint: str, images: dict[str, str]) -> Path:
     config = yaml.safe_load((REPO / "examples" / "coreweave.yaml").read_text())
-    # The smoke test that starts the cluster names it after its --prefix, which is the label prefix.
-    config["name"] = config["platform"]["label_prefix"]
     config["platform"]["coreweave"]["kubeconfig_path"] = str(cluster.kubeconfig)
     config["platform"]["coreweave"]["object_storage_endpoint"] = endpoint
     config["storage"]["bundle_prefix"] = f"s3://{BUCKET}/bundles"
@@ -163,24 +161,16 @@ def _controller_pod(cluster: FakeKubernetes) -> dict[str, Any] | None:
 
 
 @pytest.mark.timeout(900)
-def test_coreweave_example_passes_the_smoke_test_runs_a_gpu_job_survives_controller_loss_and_stops(
+def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_stops(
     tmp_path: Path, cks: FakeKubernetes, object_storage: str, images: dict[str, str]
 ) -> None:
     config = str(_config_file(tmp_path, cks, object_storage, images))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
 
-    # The smoke test starts the cluster and validates it (simple, concurrent, coscheduled and
-    # accelerator jobs), then leaves it running for the scenarios below.
-    smoke = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "smoke-test.py"), "--config", config, "--no-build-images",
-         "--prefix", "iris", "--keep-cluster", "--job-timeout", "240",
-         "--log-dir", str(tmp_path / "smoke-logs")],
-        capture_output=True, text=True, env=_env(cks), timeout=900, check=False,
-    )
+    started = _iris(cks, "--config", config, "cluster", "start")
     try:
-        assert smoke.returncode == 0, smoke.stdout + smoke.stderr
-        assert "smoke test passed" in smoke.stdout and "--keep-cluster" in smoke.stdout
+        assert started.returncode == 0, started.stdout + started.stderr
         # Every resource of seed 001 section 13, read back with kubectl.
         versions = _versions(cks)
         pools = {p["metadata"]["name"]: p for p in _get(cks, "nodepools", namespace="")}
@@ -281,7 +271,7 @@ def test_coreweave_example_passes_the_smoke_test_runs_a_gpu_job_survives_control
         vms = sum(line.startswith("vm ") for line in listed)
         assert f"deleted {vms} VM(s) and {len(listed) - vms} slice(s)" in cleaned.stdout
         after = _iris(cks, "--config", config, "cluster", "debug", "cleanup")
-        assert "nothing of cluster 'iris' found" in after.stdout, after.stdout + after.stderr
+        assert "nothing of cluster 'coreweave' found" in after.stdout, after.stdout + after.stderr
     finally:
         stopped = _iris(cks, "--config", config, "cluster", "stop", "--yes")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr

@@ -625,8 +625,10 @@ def controller_manifests(config: config_pb2.IrisClusterConfig) -> tuple[dict[str
 
 
 def config_yaml(config: config_pb2.IrisClusterConfig) -> str:
-    """The cluster config as the ConfigMap holds it for the controller and the workers."""
-    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+    """The cluster config as the ConfigMap holds it for the controller and the workers. Keys are
+    sorted: a proto map (the scale groups) iterates in an order that differs between processes,
+    and a second `start` must write the very same text."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=True)
 
 
 def config_digest(config: config_pb2.IrisClusterConfig) -> str:
