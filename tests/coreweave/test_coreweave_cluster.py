@@ -1,7 +1,9 @@
 """examples/coreweave.yaml end to end on the fake CKS cluster, driven as an operator drives a real
-one: `iris cluster start` with the real `kubectl` and `kubernetes` client, the controller running
-from its image in a Deployment Pod, a GPU job scaling its NodePool from zero into a task Pod,
-the controller Pod deleted mid-job, and `iris cluster stop`.
+one, all on one cluster start: `iris cluster start` with the real `kubectl` and `kubernetes`
+client, the controller running from its image in a Deployment Pod, `start` again (nothing
+changes; then a changed config rolls out), a GPU job scaling its NodePool from zero
+into a task Pod, the controller moved to another node mid-job with its state, each early failure
+of a slice shown by `iris cluster slice list`, `debug cleanup`, and `iris cluster stop`.
 
 Only what cannot be the same here is overridden: the kubeconfig, the object storage endpoint and
 bucket (a moto server), the images (built from the Dockerfiles on the test base image), free
@@ -15,7 +17,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +28,19 @@ import yaml
 from engines import DockerEngine, build_test_image
 from fakes.kubernetes.cluster import FakeKubernetes
 
+from iris.client.client import IrisClient
+from iris.cluster.controller.lifecycle import controller_connection
+from iris.cluster.platform.coreweave import CoreweavePlatform
+from iris.config import load_and_validate
+from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 IRIS = Path(sys.executable).parent / "iris"
 BUCKET = "iris-coreweave-e2e"
 NAMESPACED = ("serviceaccount/iris-controller", "secret/iris-s3-credentials", "configmap/iris-cluster-config",
-              "deployment/iris-controller", "service/iris-controller-svc")
+              "persistentvolumeclaim/iris-controller-state", "deployment/iris-controller",
+              "service/iris-controller-svc")
 CLUSTER_WIDE = ("namespace/iris", "clusterrole/iris-controller", "clusterrolebinding/iris-controller")
 
 
@@ -86,7 +95,10 @@ def images(docker_engine: DockerEngine) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cks(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKubernetes]:
-    with FakeKubernetes(tmp_path_factory.mktemp("cks"), docker_url=docker_engine.url, in_cluster=True) as cluster:
+    # Each node has a disk of its own, as on CKS: what a Pod leaves on one is not on the next.
+    with FakeKubernetes(
+        tmp_path_factory.mktemp("cks"), docker_url=docker_engine.url, in_cluster=True, node_local_disks=True
+    ) as cluster:
         yield cluster
 
 
@@ -98,21 +110,27 @@ def _config_file(directory: Path, cluster: FakeKubernetes, endpoint: str, images
     controller = config["controller"]["coreweave"]
     controller["port"] = _free_port()
     controller["image"] = images["controller"]
-    controller["state_dir"] = str(directory / "controller-state")
     bootstrap = config["defaults"]["bootstrap"]
     bootstrap.update(
         docker_image=images["worker"], task_image=images["task"], worker_port=_free_port(),
         cache_dir=str(directory / "nvme" / "iris-cache"),
     )
     config["defaults"]["autoscaler"].update(evaluation_interval="1s", scale_up_delay="0s")
+    # A volume that cannot mount is fatal after this grace (90 s on CKS).
+    config["platform"]["coreweave"]["mount_failure_grace"] = "3s"
     path = directory / "coreweave.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
+def _env(cluster: FakeKubernetes) -> dict[str, str]:
+    return {**cluster.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
+
+
 def _iris(cluster: FakeKubernetes, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**cluster.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
-    return subprocess.run([str(IRIS), *args], capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [str(IRIS), *args], capture_output=True, text=True, env=_env(cluster), timeout=timeout, check=False
+    )
 
 
 def _get(cluster: FakeKubernetes, *what: str, namespace: str = "iris") -> list[dict[str, Any]]:
@@ -125,6 +143,15 @@ def _get(cluster: FakeKubernetes, *what: str, namespace: str = "iris") -> list[d
 def _versions(cluster: FakeKubernetes) -> dict[str, str]:
     objects = _get(cluster, *NAMESPACED) + _get(cluster, *CLUSTER_WIDE)
     return {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in objects}
+
+
+@contextmanager
+def _client(cluster: FakeKubernetes, config: str) -> Iterator[IrisClient]:
+    """The Python client through the platform's port-forward, as the CLI reaches the controller."""
+    resolved = load_and_validate(config)
+    platform = CoreweavePlatform(resolved)
+    with controller_connection(platform, resolved) as url, IrisClient.remote(url) as client:
+        yield client
 
 
 def _controller_pod(cluster: FakeKubernetes) -> dict[str, Any] | None:
@@ -155,16 +182,31 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
 
         again = _iris(cks, "--config", config, "cluster", "start")
         assert again.returncode == 0, again.stdout + again.stderr
-        assert "already running" in again.stdout
+        assert "already running" in again.stdout and "rolled the controller out" not in again.stdout
         assert _versions(cks) == versions
+
+        # A changed config: start applies it and rolls the controller out onto it.
+        changed = yaml.safe_load(Path(config).read_text())
+        changed["scale_groups"]["h100-8x"]["max_slices"] = 6
+        Path(config).write_text(yaml.safe_dump(changed))
+        rolled = _iris(cks, "--config", config, "cluster", "start")
+        assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+        assert "rolled the controller out" in rolled.stdout
+        [configmap] = _get(cks, "configmap/iris-cluster-config")
+        assert yaml.safe_load(configmap["data"]["config.yaml"])["scale_groups"]["h100-8x"]["max_slices"] == 6
+        assert _get(cks, "nodepool", "iris-h100-8x", namespace="")[0]["spec"]["maxNodes"] == 6
+        rolled_pod = _controller_pod(cks)
+        assert rolled_pod is not None and rolled_pod["metadata"]["uid"] != controller_pod["metadata"]["uid"]
+        with _client(cks, config) as client:
+            groups = client.call("get_autoscaler_status", pb.GetAutoscalerStatusRequest()).groups
+            assert {g.name: g.max_slices for g in groups}["h100-8x"] == 6
 
         # A GPU job: its pool grows from zero, a worker Pod comes up, the task runs in its own Pod.
         assert pools["iris-h100-8x"].get("status", {}).get("currentNodes", 0) == 0
-        env = {**cks.env(), "R2_ACCESS_KEY_ID": "e2e-key", "R2_SECRET_ACCESS_KEY": "e2e-secret"}
         running = subprocess.Popen(
             [str(IRIS), "--config", config, "run", "--gpu", "H100x2", "--workspace", str(workspace), "--",
              "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME; sleep 4"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cks),
         )
 
         def gpu_task_pod() -> dict[str, Any] | None:
@@ -183,7 +225,8 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
         assert any(t.get("key") == "nvidia.com/gpu" for t in task["spec"]["tolerations"])
         assert _get(cks, "nodepool", "iris-h100-8x", namespace="")[0]["status"]["currentNodes"] >= 1
 
-        # The controller Pod is deleted mid-job; the Deployment's new Pod adopts the running task.
+        # The controller's node is cordoned and its Pod deleted mid-job: the Deployment's new Pod
+        # comes up on another node with the state of the old one and adopts the running task.
         submitted = _iris(
             cks, "--config", config, "run", "--no-wait", "--gpu", "H100x2", "--workspace", str(workspace), "--",
             "sh", "-c", "echo attempt-started; sleep 6; echo attempt-finished",
@@ -196,24 +239,88 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
         )
         old = _controller_pod(cks)
         assert old is not None
+        with _client(cks, config) as client:
+            known = {job.job_id for job in client.list_jobs()}
+        cordoned = cks.kubectl("cordon", old["spec"]["nodeName"])
+        assert cordoned.returncode == 0, cordoned.stderr
         deleted = cks.kubectl("delete", "pod", old["metadata"]["name"], "-n", "iris", "--wait=false")
         assert deleted.returncode == 0, deleted.stderr
-        wait_until(
-            lambda: (p := _controller_pod(cks)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"],
+        moved = wait_until(
+            lambda: (p := _controller_pod(cks)) is not None and p["metadata"]["uid"] != old["metadata"]["uid"]
+            and p,
             120, 0.5, "the replacement controller Pod",
         )
+        assert moved["spec"]["nodeName"] != old["spec"]["nodeName"]
+        with _client(cks, config) as client:
+            # Every job, finished or not, is still known: the state came along to the new node.
+            assert known <= {job.job_id for job in client.list_jobs()}
         logs = _iris(cks, "--config", config, "job", "logs", "-f", job_id)
         assert logs.returncode == 0, logs.stdout + logs.stderr
         assert logs.stdout.count("attempt-started") == 1 and "attempt-finished" in logs.stdout
+
+        _each_early_failure_ends_a_new_slice_shown_by_slice_list(cks, config, images)
+
+        # debug cleanup: the dry run lists exactly what --no-dry-run then deletes.
+        dry = _iris(cks, "--config", config, "cluster", "debug", "cleanup")
+        assert dry.returncode == 0 and "dry run" in dry.stdout, dry.stdout + dry.stderr
+        listed = [line for line in dry.stdout.splitlines() if line.startswith(("vm ", "slice "))]
+        assert {line.split()[0] for line in listed} == {"vm", "slice"}
+        cleaned = _iris(cks, "--config", config, "cluster", "debug", "cleanup", "--no-dry-run")
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        assert [line for line in cleaned.stdout.splitlines() if line.startswith(("vm ", "slice "))] == listed
+        vms = sum(line.startswith("vm ") for line in listed)
+        assert f"deleted {vms} VM(s) and {len(listed) - vms} slice(s)" in cleaned.stdout
+        after = _iris(cks, "--config", config, "cluster", "debug", "cleanup")
+        assert "nothing of cluster 'coreweave' found" in after.stdout, after.stdout + after.stderr
     finally:
         stopped = _iris(cks, "--config", config, "cluster", "stop", "--yes")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
     def only_pools_left() -> bool:
-        everything = cks.kubectl("get", "pods,services,deployments,configmaps,secrets,serviceaccounts", "-A", "-o", "json")
+        kinds = "pods,services,deployments,configmaps,secrets,serviceaccounts,persistentvolumeclaims"
+        everything = cks.kubectl("get", kinds, "-A", "-o", "json")
         leftovers = [o for o in json.loads(everything.stdout)["items"] if o["metadata"]["namespace"] == "iris"]
         wide = cks.kubectl("get", "namespace/iris", "clusterrole/iris-controller", "clusterrolebinding/iris-controller")
         return not leftovers and "NotFound" in wide.stderr and wide.stdout.strip() == ""
 
     wait_until(only_pools_left, 60, 0.5, "everything but the NodePools to go")
     assert {"iris-h100-8x", "iris-cpu-erapids"} <= {p["metadata"]["name"] for p in _get(cks, "nodepools", namespace="")}
+
+
+def _each_early_failure_ends_a_new_slice_shown_by_slice_list(
+    cks: FakeKubernetes, config: str, images: dict[str, str]
+) -> None:
+    """seed 001 section 9 through the controller: a slice whose worker Pod crash-loops, lacks its
+    Secret, cannot pull its image or cannot mount its config ends FAILED with that reason, seen in
+    `iris cluster slice list`. Each breakage is one the kubelet meets before the one made before
+    it (mount, image, env, then running), so each new slice fails for the newest one."""
+    breakages: list[tuple[Callable[[], Any], str]] = [
+        (lambda: cks.kubectl("patch", "configmap", "iris-cluster-config", "-n", "iris", "--type", "merge",
+                             "-p", json.dumps({"data": {"config.yaml": "scale_groups: ["}})),
+         "keeps crashing"),
+        (lambda: cks.kubectl("delete", "secret", "iris-s3-credentials", "-n", "iris"),
+         'secret "iris-s3-credentials" not found'),
+        (lambda: cks.fail_image_pull(images["worker"], "manifest unknown"),
+         f"cannot pull image {images['worker']}"),
+        (lambda: cks.kubectl("delete", "configmap", "iris-cluster-config", "-n", "iris"),
+         "cannot mount its volumes"),
+    ]
+    failed: dict[str, str] = {}
+    with _client(cks, config) as client:
+        for breakage, reason in breakages:
+            breakage()
+            created = client.call("create_slice", pb.CreateSliceRequest(scale_group="h100-8x")).slice.slice_id
+
+            def ended() -> str:
+                slices = client.call("list_slices", pb.ListSlicesRequest(include_deleted=True)).slices
+                ended = [s for s in slices if s.slice_id == created and s.state in ("FAILED", "DELETED")]
+                return ended[0].error if ended else ""
+
+            failed[created] = wait_until(ended, 60, 0.2, f"slice {created} to fail")
+            assert reason in failed[created], failed[created]
+    listed = _iris(cks, "--config", config, "cluster", "slice", "list", "--all")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
+    for (_, reason), slice_id in zip(breakages, failed, strict=True):
+        assert reason in lines[slice_id], listed.stdout
+    assert "last log lines" in lines[next(iter(failed))]

@@ -132,7 +132,10 @@ def test_worker_pod_is_light_on_host_network_with_the_section_10_env() -> None:
 
 
 def test_controller_deployment_is_guaranteed_qos_on_its_scale_group() -> None:
-    deployment = res.controller_deployment("iris", "ctl:1", 10000, "cpu", "iris", "svc.iris.svc.cluster.local", "/mnt/local/s", "iris-controller-iris")
+    deployment = res.controller_deployment(
+        "0123abcd", "iris", "ctl:1", 10000, "cpu", "iris", "svc.iris.svc.cluster.local", "/mnt/local/s",
+        "iris-controller-iris",
+    )
 
     spec = deployment["spec"]["template"]["spec"]
     resources = spec["containers"][0]["resources"]
@@ -140,3 +143,18 @@ def test_controller_deployment_is_guaranteed_qos_on_its_scale_group() -> None:
     assert resources["requests"] == resources["limits"] == {"cpu": "2", "memory": "4Gi"}
     assert spec["nodeSelector"] == {"iris-scale-group": "cpu"}
     assert spec["serviceAccountName"] == "iris-controller"
+
+
+def test_deployment_rolled_out_only_once_its_generation_runs_alone_and_available() -> None:
+    def deployment(**status: int) -> dict:
+        return {"status": status}
+
+    done = deployment(observedGeneration=3, updatedReplicas=1, replicas=1, availableReplicas=1)
+    assert res.deployment_rolled_out(done, 3)
+    assert not res.deployment_rolled_out(done, 4)  # the new template is not observed yet
+    no_new_pod = deployment(observedGeneration=4, updatedReplicas=0, replicas=1, availableReplicas=1)
+    assert not res.deployment_rolled_out(no_new_pod, 4)
+    old_pod_left = deployment(observedGeneration=4, updatedReplicas=1, replicas=2, availableReplicas=1)
+    assert not res.deployment_rolled_out(old_pod_left, 4)
+    assert not res.deployment_rolled_out(deployment(observedGeneration=4, updatedReplicas=1, replicas=1), 4)
+    assert not res.deployment_rolled_out({}, 1)

@@ -153,6 +153,8 @@ def test_restarted_platform_rebuilds_slices_from_pod_labels_and_reads_their_brin
 
     assert found.slice_id == handle.slice_id and found.scale_group == "cpu"
     assert found.describe().state in (CloudSliceState.BOOTSTRAPPING, CloudSliceState.FAILED)
+    first_state, _, first_reason = found.history()[0]
+    assert first_state == CloudSliceState.BOOTSTRAPPING and "found at controller start" in first_reason
 
     def bring_up() -> list[str]:
         lines: list[str] = []

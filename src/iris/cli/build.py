@@ -48,6 +48,11 @@ class ImageKind:
 IMAGE_KINDS = {
     "worker": ImageKind("Dockerfile.worker", "iris-worker:latest", DAEMON_EXTRAS),
     "controller": ImageKind("Dockerfile.controller", "iris-controller:latest", DAEMON_EXTRAS),
+    # The CoreWeave controller (in-cluster Kubernetes access, no gcloud): `controller-image
+    # --dockerfile Dockerfile.controller.coreweave` builds it under this tag.
+    "controller-coreweave": ImageKind(
+        "Dockerfile.controller.coreweave", "iris-controller-coreweave:latest", DAEMON_EXTRAS
+    ),
     "task": ImageKind("Dockerfile.task", "iris-task:latest", ()),
 }
 
@@ -62,6 +67,16 @@ class BuildError(click.ClickException):
 
 
 # -- names -------------------------------------------------------------------------------------
+
+
+def default_tag(kind: ImageKind, dockerfile: str | None) -> str:
+    """The tag an untagged build gets: that of the kind whose Dockerfile `dockerfile` is, so each
+    image keeps the name `iris build push --registry ...` turns into the one configs use."""
+    if dockerfile:
+        named = next((k for k in IMAGE_KINDS.values() if k.dockerfile == Path(dockerfile).name), None)
+        if named is not None:
+            return named.default_tag
+    return kind.default_tag
 
 
 def split_image(image: str) -> tuple[str, str]:
@@ -235,7 +250,7 @@ def build_image(
     path = Path(dockerfile) if dockerfile else root / kind.dockerfile
     if not path.is_file():
         raise BuildError(f"no Dockerfile at {path}")
-    tag = tag or kind.default_tag
+    tag = tag or default_tag(kind, dockerfile)
     args = internet_build_args(path) if offline else {}
     args.update(_parse_build_args(build_args))
     if base_image:
@@ -307,7 +322,8 @@ def _build_then_push(kind_name: str, options: dict[str, Any]) -> None:
     if not push_to and (registry or region or project):
         raise click.UsageError("--registry, --region and --project say where to push: add --push")
     # A bad destination is a usage error before a build of minutes, not after it.
-    destination = _push_destination(options["tag"] or IMAGE_KINDS[kind_name].default_tag, registry, region, project) if push_to else None
+    tag = options["tag"] or default_tag(IMAGE_KINDS[kind_name], options["dockerfile"])
+    destination = _push_destination(tag, registry, region, project) if push_to else None
     tag = build_image(IMAGE_KINDS[kind_name], **options)
     if destination is not None:
         push_image(tag, destination)

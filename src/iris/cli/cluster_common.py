@@ -120,13 +120,14 @@ def print_autoscaler(status: pb.GetAutoscalerStatusResponse, limit: int = 20) ->
 
 
 def configured_images(config: config_pb2.IrisClusterConfig) -> dict[str, str]:
-    """The images the config runs its daemons from, by kind ("worker", "controller"); a daemon
-    that runs from a Python environment instead has none."""
+    """The images the config runs its daemons from, by kind of iris.cli.build ("worker",
+    "controller", "controller-coreweave"); a daemon that runs from a Python environment instead
+    has none."""
     images = {}
     if config.defaults.bootstrap.docker_image:
         images["worker"] = config.defaults.bootstrap.docker_image
     which = config.controller.WhichOneof("controller")
     controller_image = getattr(getattr(config.controller, which), "image", "") if which else ""
     if controller_image:
-        images["controller"] = controller_image
+        images["controller-coreweave" if which == "coreweave" else "controller"] = controller_image
     return images

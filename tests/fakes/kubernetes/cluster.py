@@ -56,16 +56,21 @@ class FakeKubernetes:
         docker_url: str | None = None,
         provisioning_delay: float = 0.0,
         in_cluster: bool = False,
+        node_local_disks: bool = False,
     ) -> None:
         """`in_cluster`: also serve HTTPS and give Pods in-cluster credentials and cluster DNS
-        (fakes.kubernetes.incluster), so daemons in Pods reach the API as on a real cluster."""
+        (fakes.kubernetes.incluster), so daemons in Pods reach the API as on a real cluster.
+        `node_local_disks`: each node has a disk of its own, so a hostPath volume's data stays on
+        the node that wrote it (by default every node sees this machine's files)."""
         self.state_dir = state_dir
         self.cluster_id = uuid.uuid4().hex[:10]
         self.store = Store()
-        self.control_plane = ControlPlane(self.store, provisioning_delay)
+        self.control_plane = ControlPlane(self.store, state_dir / "volumes", provisioning_delay)
         self.kubelet: Kubelet | None = None
         if docker_url:
             self.kubelet = Kubelet(self.store, docker_url, state_dir / "kubelet", self.cluster_id)
+            if node_local_disks:
+                self.kubelet.node_disks = state_dir / "node-disks"
         cluster = Cluster(self.store, self.kubelet or _NoKubelet())  # type: ignore[arg-type]
         self._server = make_server(cluster)
         self._tls_server = None

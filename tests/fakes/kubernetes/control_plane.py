@@ -1,11 +1,17 @@
-"""The simulated control plane: NodePool node provisioning, the scheduler, the Deployment controller
-and the namespace controller, all reconciling the store the way their real counterparts do.
+"""The simulated control plane: NodePool node provisioning, the scheduler, the Deployment controller,
+the namespace controller and a volume provisioner, all reconciling the store the way their real
+counterparts do.
 
 One thread runs every controller whenever the store changes (and on a short tick for the
 time-based parts: provisioning delays and scale-down). CoreWeave's NodePool operator is modelled as
 "a pool owns `targetNodes` nodes, or with `autoscaling: true` as many as its pending Pods need
 between minNodes and maxNodes", each node appearing `provisioning_delay` seconds after it was
 asked for, with the instance type's capacity, the pool's labels and taints.
+
+The volume provisioner stands for a network storage class: each new PersistentVolumeClaim gets a
+PersistentVolume of its own (a directory under the fake's state, reachable from every node, as a
+network volume is from any node it is attached to) and is Bound to it; a volume whose claim is
+gone is deleted with its data (reclaim policy Delete).
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import shutil
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fakes.kubernetes.resources import RESOURCES, find_resource
@@ -30,7 +38,10 @@ NAMESPACES = find_resource("", "v1", "namespaces")
 SERVICE_ACCOUNTS = find_resource("", "v1", "serviceaccounts")
 DEPLOYMENTS = find_resource("apps", "v1", "deployments")
 NODEPOOLS = find_resource("compute.coreweave.com", "v1alpha1", "nodepools")
+CLAIMS = find_resource("", "v1", "persistentvolumeclaims")
+VOLUMES = find_resource("", "v1", "persistentvolumes")
 assert PODS and NODES and EVENTS and NAMESPACES and SERVICE_ACCOUNTS and DEPLOYMENTS and NODEPOOLS
+assert CLAIMS and VOLUMES
 
 NODEPOOL_LABEL = "compute.coreweave.com/node-pool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -38,6 +49,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RDMA_RESOURCE = "rdma/ib"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 _TICK_SECONDS = 0.2
+DEFAULT_STORAGE_CLASS = "shared-network"
 
 # What each instance type offers (the fake's stand-ins for CoreWeave's catalogue). Unknown types
 # get the CPU shape.
@@ -153,8 +165,9 @@ class _PoolState:
 
 
 class ControlPlane:
-    def __init__(self, store: Store, provisioning_delay: float = 0.0) -> None:
+    def __init__(self, store: Store, volumes_dir: Path, provisioning_delay: float = 0.0) -> None:
         self.store = store
+        self.volumes_dir = volumes_dir
         self.provisioning_delay = provisioning_delay
         # NodePool name -> message: the pool cannot get nodes (capacity or quota trouble).
         self.provisioning_failures: dict[str, str] = {}
@@ -181,7 +194,9 @@ class ControlPlane:
         while not self._stop.is_set():
             self._wake.wait(_TICK_SECONDS)
             self._wake.clear()
-            for reconcile in (self._namespaces, self._deployments, self._nodepools, self._schedule):
+            for reconcile in (
+                self._namespaces, self._volumes, self._deployments, self._nodepools, self._schedule
+            ):
                 try:
                     reconcile()
                 except ApiError:
@@ -208,6 +223,57 @@ class ControlPlane:
                 metadata = obj["metadata"]
                 if metadata.get("namespace") not in live and not metadata.get("deletionTimestamp"):
                     self.store.delete(resource, metadata["namespace"], metadata["name"])
+
+    # -- volumes --------------------------------------------------------------------------------
+
+    def _volumes(self) -> None:
+        claims, _ = self.store.list(CLAIMS)
+        live = {c["metadata"]["uid"] for c in claims if not c["metadata"].get("deletionTimestamp")}
+        for claim in claims:
+            if claim["metadata"]["uid"] in live and not (claim.get("spec") or {}).get("volumeName"):
+                self._provision(claim)
+        volumes, _ = self.store.list(VOLUMES)
+        for volume in volumes:
+            claim_ref = (volume.get("spec") or {}).get("claimRef") or {}
+            if claim_ref.get("uid") not in live and not volume["metadata"].get("deletionTimestamp"):
+                shutil.rmtree(self.volumes_dir / volume["metadata"]["name"], ignore_errors=True)
+                self.store.delete(VOLUMES, "", volume["metadata"]["name"])
+
+    def _provision(self, claim: dict[str, Any]) -> None:
+        metadata, spec = claim["metadata"], claim.get("spec") or {}
+        name = f"pvc-{metadata['uid']}"
+        directory = self.volumes_dir / name
+        directory.mkdir(parents=True, exist_ok=True)
+        capacity = {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")}
+        access_modes = list(spec.get("accessModes") or ["ReadWriteOnce"])
+        self.store.create(
+            VOLUMES,
+            "",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": capacity,
+                    "accessModes": access_modes,
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": spec.get("storageClassName") or DEFAULT_STORAGE_CLASS,
+                    "claimRef": {
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": metadata["namespace"],
+                        "name": metadata["name"],
+                        "uid": metadata["uid"],
+                    },
+                    "hostPath": {"path": str(directory)},
+                },
+                "status": {"phase": "Bound"},
+            },
+        )
+
+        def bind(obj: dict[str, Any]) -> None:
+            obj.setdefault("spec", {})["volumeName"] = name
+            obj["spec"].setdefault("storageClassName", DEFAULT_STORAGE_CLASS)
+            obj["status"] = {"phase": "Bound", "accessModes": access_modes, "capacity": capacity}
+
+        self.store.mutate(CLAIMS, metadata["namespace"], metadata["name"], bind)
 
     # -- deployments ----------------------------------------------------------------------------
 
@@ -342,6 +408,8 @@ class ControlPlane:
             return int(spec.get("targetNodes", 0))
         minimum, maximum = int(spec.get("minNodes", 0)), int(spec.get("maxNodes", 0))
         busy = {n["metadata"]["name"] for n in pool_nodes if _pods_on(n["metadata"]["name"], pods)}
+        # A cordoned node takes no new Pods: it is no room for the pending ones.
+        cordoned = {n["metadata"]["name"] for n in pool_nodes if (n.get("spec") or {}).get("unschedulable")}
         pending = [
             p
             for p in pods
@@ -351,8 +419,8 @@ class ControlPlane:
             and self._fits_pool(p, pool)
         ]
         # Pending Pods that no current node takes each get a fresh node (a simple bin-packing bound).
-        free = len(pool_nodes) - len(busy)
-        needed = len(busy) + max(free, 0) + max(0, len(pending) - max(free, 0))
+        free = len(pool_nodes) - len(busy | cordoned)
+        needed = len(busy | cordoned) + max(free, 0) + max(0, len(pending) - max(free, 0))
         return max(minimum, min(maximum, needed if pending or busy else minimum))
 
     def _fits_pool(self, pod: dict[str, Any], pool: dict[str, Any]) -> bool:
@@ -550,7 +618,26 @@ def _misfit(pod: dict[str, Any], node: dict[str, Any], pods: list[dict[str, Any]
     for name, amount in pod_requests(pod).items():
         if amount > allocatable.get(name, 0.0) - used.get(name, 0.0) + 1e-9:
             return f"Insufficient {name}"
+    taken = {
+        port
+        for other in _pods_on(node["metadata"].get("name", ""), pods)
+        if other["metadata"].get("uid") != pod["metadata"].get("uid") and not is_terminal(other)
+        for port in _host_ports(other)
+    }
+    if taken & _host_ports(pod):
+        return "node(s) didn't have free ports for the requested pod ports"
     return None
+
+
+def _host_ports(pod: dict[str, Any]) -> set[tuple[str, int]]:
+    """The (protocol, port) pairs the Pod takes on its node (hostPort; a host-network Pod's
+    containerPorts are defaulted to hostPorts)."""
+    return {
+        (port.get("protocol", "TCP"), int(port["hostPort"]))
+        for container in (pod.get("spec") or {}).get("containers") or []
+        for port in container.get("ports") or []
+        if port.get("hostPort")
+    }
 
 
 def _unschedulable_reason(

@@ -3,8 +3,9 @@ session's dockerd, and reports them through Pod status, Events, `pods/log`, `pod
 metrics API.
 
 Per Pod a worker thread walks the real kubelet's path: mount volumes (FailedMount while a
-ConfigMap or Secret is missing), check the image (ErrImagePull / ImagePullBackOff when the engine
-does not have it: no registry is reachable, so nothing is ever pulled), resolve env
+ConfigMap, Secret or PersistentVolumeClaim is missing or unbound), check the image (ErrImagePull /
+ImagePullBackOff when the engine does not have it: no registry is reachable, so nothing is ever
+pulled), resolve env
 (CreateContainerConfigError for a missing Secret or key), run init containers in order, then the
 containers, restarting them by the Pod's restartPolicy with CrashLoopBackOff between attempts.
 Readiness probes (httpGet, tcpSocket, exec) decide the Ready condition; a liveness probe failing
@@ -167,10 +168,12 @@ class PodWorker:
                 target.mkdir(parents=True, exist_ok=True)
                 paths[name] = str(target)
             elif "hostPath" in volume:
-                host = Path(volume["hostPath"]["path"])
+                host = self._host_path(volume["hostPath"]["path"])
                 if volume["hostPath"].get("type") == "DirectoryOrCreate":
                     host.mkdir(parents=True, exist_ok=True)
                 paths[name] = str(host)
+            elif "persistentVolumeClaim" in volume:
+                paths[name] = self._claimed_directory(name, volume["persistentVolumeClaim"]["claimName"])
             elif "configMap" in volume or "secret" in volume:
                 files = self._volume_files(volume)
                 shutil.rmtree(target, ignore_errors=True)
@@ -207,6 +210,30 @@ class PodWorker:
                     ":ro" if mount.get("readOnly") else ""
                 )
         return binds
+
+    def _host_path(self, path: str) -> Path:
+        """`path` on this Pod's node: the machine's own path unless nodes have disks of their own."""
+        if self.kubelet.node_disks is None:
+            return Path(path)
+        return self.kubelet.node_disks / self.pod["spec"].get("nodeName", "") / path.lstrip("/")
+
+    def _claimed_directory(self, volume_name: str, claim_name: str) -> str:
+        """The directory of the PersistentVolume bound to the claim (network storage: the same
+        from every node)."""
+        claim = self.kubelet.store.find(_resource("persistentvolumeclaims"), self.namespace, claim_name)
+        if claim is None:
+            raise ConfigError(
+                f'MountVolume.SetUp failed for volume "{volume_name}" : '
+                f'persistentvolumeclaim "{claim_name}" not found'
+            )
+        bound = (claim.get("spec") or {}).get("volumeName", "")
+        pv = self.kubelet.store.find(_resource("persistentvolumes"), "", bound) if bound else None
+        if pv is None or (claim.get("status") or {}).get("phase") != "Bound":
+            raise ConfigError(
+                f'MountVolume.SetUp failed for volume "{volume_name}" : '
+                f'persistentvolumeclaim "{claim_name}" is not bound'
+            )
+        return str(pv["spec"]["hostPath"]["path"])
 
     def _volume_files(self, volume: dict[str, Any]) -> dict[str, bytes]:
         name = volume["name"]
@@ -779,6 +806,8 @@ class Kubelet:
         self.mount_retry_seconds = mount_retry_seconds
         # Set by FakeKubernetes(in_cluster=True): Pods get ServiceAccount credentials and cluster DNS.
         self.in_cluster: InCluster | None = None
+        # Set by FakeKubernetes(node_local_disks=True): where each node's own disk lives.
+        self.node_disks: Path | None = None
         # image -> the pull error to report for it even when the engine has it (failure injection).
         self.unpullable_images: dict[str, str] = {}
         self.stopping = threading.Event()

@@ -47,6 +47,8 @@ RESOURCES = [
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     Resource("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     Resource("", "v1", "events", "Event", True, ("ev",)),
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",), ("status",)),
+    Resource("", "v1", "persistentvolumes", "PersistentVolume", False, ("pv",), ("status",)),
     Resource("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale")),
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
@@ -277,18 +279,29 @@ def validate_pod_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldE
 
 
 def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
+    """A new object's defaults and initial status, as the API server sets them on create."""
+    default_spec(resource, obj)
+    if resource.kind == "Pod":
+        obj.setdefault("status", {"phase": "Pending", "qosClass": _qos_class(obj["spec"])})
+    elif resource.kind in ("Deployment", "NodePool"):
+        obj.setdefault("status", {})
+    elif resource.kind == "Namespace":
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        obj["status"] = {"phase": "Active"}
+    elif resource.kind == "Service":
+        obj.setdefault("status", {"loadBalancer": {}})
+
+
+def default_spec(resource: Resource, obj: dict[str, Any]) -> None:
+    """The defaults of the fields a client writes, which the API server fills on every write (so
+    re-applying a manifest that leaves them out changes nothing)."""
     if resource.kind == "Pod":
         _default_pod_spec(obj.setdefault("spec", {}))
-        obj.setdefault("status", {"phase": "Pending", "qosClass": _qos_class(obj["spec"])})
     elif resource.kind == "Deployment":
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
         spec.setdefault("strategy", {"type": "RollingUpdate"})
         _default_pod_spec(spec.setdefault("template", {}).setdefault("spec", {}))
-        obj.setdefault("status", {})
-    elif resource.kind == "Namespace":
-        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
-        obj["status"] = {"phase": "Active"}
     elif resource.kind == "Service":
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
@@ -301,11 +314,8 @@ def apply_defaults(resource: Resource, obj: dict[str, Any]) -> None:
         for port in spec.get("ports") or []:
             port.setdefault("protocol", "TCP")
             port.setdefault("targetPort", port.get("port"))
-        obj.setdefault("status", {"loadBalancer": {}})
     elif resource.kind == "Secret":
         obj.setdefault("type", "Opaque")
-    elif resource.kind == "NodePool":
-        obj.setdefault("status", {})
 
 
 def _default_pod_spec(spec: dict[str, Any]) -> None:
@@ -318,6 +328,11 @@ def _default_pod_spec(spec: dict[str, Any]) -> None:
     spec.setdefault("securityContext", {})
     for kind in ("initContainers", "containers"):
         for container in spec.get(kind) or []:
+            for port in container.get("ports") or []:
+                port.setdefault("protocol", "TCP")
+                if spec.get("hostNetwork") and "containerPort" in port:
+                    # On the host network a container port is a port of the node.
+                    port.setdefault("hostPort", port["containerPort"])
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("terminationMessagePolicy", "File")
             container.setdefault(

@@ -22,6 +22,7 @@ from fakes.kubernetes.resources import (
     RESOURCES,
     Resource,
     apply_defaults,
+    default_spec,
     find_resource,
     validate,
     validate_pod_update,
@@ -396,6 +397,8 @@ class Store:
                 merged["status"] = current["status"]
             else:
                 merged.pop("status", None)
+        if subresource == "":
+            default_spec(resource, merged)
         if "spec" in current and current.get("spec") != merged.get("spec"):
             metadata["generation"] += 1
         return merged

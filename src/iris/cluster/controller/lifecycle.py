@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import httpx
 
@@ -39,6 +40,18 @@ START_TIMEOUT_S = 120.0
 
 class ClusterNotRunningError(PlatformError):
     pass
+
+
+@runtime_checkable
+class DeclaresController(Protocol):
+    """A platform whose controller is a set of declared resources (CoreWeave's Deployment and
+    ConfigMap): starting a running cluster again applies the config to them, rolling the
+    controller out when something changed, instead of leaving the old config running."""
+
+    def apply_controller(self, config: config_pb2.VmConfig) -> bool:
+        """Apply every controller resource and wait until the controller runs with them; True when
+        something changed (and the controller was rolled out), False when all was already so."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,9 @@ def start_controller(
     """Return the running controller, or create one and wait until it answers."""
     state_dir = local_state_dir(config)
     existing = find_controller(platform, config)
+    if existing is not None and isinstance(platform, DeclaresController):
+        if platform.apply_controller(_controller_vm_config(config)):
+            progress("the config changed: applied it and rolled the controller out")
     if existing is not None:
         url = platform.discover_controller(config)
         if url:
@@ -90,9 +106,7 @@ def start_controller(
     url_file = state_dir / URL_FILE
     url_file.unlink(missing_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
-    handle = platform.create_vm(
-        config_pb2.VmConfig(name=f"{_labels(config).prefix}-controller", labels={_labels(config).controller: "true"})
-    )
+    handle = platform.create_vm(_controller_vm_config(config))
     (state_dir / PID_FILE).write_text(str(getattr(handle, "pid", "")))
     progress("controller starting")
 
@@ -127,6 +141,11 @@ def start_controller(
     url = answering[-1]
     handle.set_metadata({_address_key(config): url})
     return ControllerInfo(url, handle)
+
+
+def _controller_vm_config(config: config_pb2.IrisClusterConfig) -> config_pb2.VmConfig:
+    labels = _labels(config)
+    return config_pb2.VmConfig(name=f"{labels.prefix}-controller", labels={labels.controller: "true"})
 
 
 def _log_tail(handle: StandaloneWorkerHandle, lines: int = 15) -> str:

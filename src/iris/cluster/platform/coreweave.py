@@ -1,16 +1,18 @@
 """CoreWeave: slices as worker Pods on shared, autoscaling NodePools of a CKS cluster (seed 001).
 
 `iris cluster start` (through `create_vm`) applies the Namespace and RBAC, the S3 credentials
-Secret, the cluster-config ConfigMap, one NodePool per scale group, and the controller Deployment
-and Service, then waits for the Deployment with early failure detection. Slices are worker Pods on
-their group's pool; their state is rebuilt from the Pods' labels after a controller restart. The
-manifests themselves come from coreweave_resources.py.
+Secret, the cluster-config ConfigMap, one NodePool per scale group, the claim holding the
+controller's state, and the controller Deployment and Service, then waits for the Deployment with
+early failure detection; started again, it applies a changed config and rolls the controller
+out. Slices are worker Pods on their group's pool; their state is rebuilt from the Pods' labels
+after a controller restart. The manifests themselves come from coreweave_resources.py.
 """
 
 from __future__ import annotations
 
 import datetime
 import difflib
+import hashlib
 import logging
 import os
 import threading
@@ -51,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "iris"
 DEFAULT_CONTROLLER_SERVICE_NAME = "iris-controller-svc"
-DEFAULT_CONTROLLER_STATE_DIR = "/mnt/local/iris-controller"
+DEFAULT_CONTROLLER_STATE_DIR = "/var/lib/iris-controller"
 DEFAULT_CACHE_DIR = "/mnt/local/iris-cache"
 # Bare-metal nodes take 20-30 minutes to provision before a Pod can even pull its image.
 DEFAULT_STARTUP_GRACE_PERIOD = Duration.from_seconds(2400)
@@ -247,6 +249,17 @@ class CoreweavePlatform:
     def create_vm(self, config: config_pb2.VmConfig) -> CoreweaveControllerHandle:
         """Apply every resource of the cluster and wait for the controller Deployment to be
         available; the address is the Service's DNS name (see discover_controller)."""
+        self.apply_controller(config)
+        deployment = self.kube.get("Deployment", res.CONTROLLER_NAME, self.namespace)
+        if deployment is None:
+            raise PlatformError(f"the controller Deployment in namespace {self.namespace} vanished at start")
+        return CoreweaveControllerHandle(self, deployment)
+
+    def apply_controller(self, config: config_pb2.VmConfig) -> bool:
+        """Apply every resource `iris cluster start` owns (seed 001 section 12) and wait until the
+        controller Deployment runs its current template, failing early on section 9's errors.
+        The Pod template carries the config's hash, so a changed config rolls the controller out
+        onto it; True when the Deployment changed, False when everything already was as asked."""
         controller = self._config.controller.coreweave
         if not self._config.controller.HasField("coreweave"):
             raise PlatformError("controller.coreweave is not set: the CoreWeave controller runs as a Deployment")
@@ -262,14 +275,17 @@ class CoreweavePlatform:
             except ValueError as exc:
                 raise PlatformError(str(exc)) from None
             self.kube.apply(secret)
-        self.kube.apply(res.config_map(self.namespace, self._config_yaml()))
+        self.kube.apply(res.config_map(self.namespace, config_yaml(self._config)))
         self.ensure_nodepools()
+        self.kube.apply(res.controller_state_claim(self.namespace))
         deployment, service = controller_manifests(self._config)
         deployment["metadata"]["labels"].update(config.labels)
+        before = self.kube.get("Deployment", res.CONTROLLER_NAME, self.namespace)
         applied = self.kube.apply(deployment)
         self.kube.apply(service)
-        self._wait_for_controller()
-        return CoreweaveControllerHandle(self, applied)
+        generation = int(applied["metadata"].get("generation", 1))
+        self._wait_for_controller(generation)
+        return before is None or int(before["metadata"].get("generation", 1)) != generation
 
     def ensure_rbac(self) -> None:
         self.kube.apply(res.namespace(self.namespace))
@@ -296,9 +312,6 @@ class CoreweavePlatform:
             logger.info("deleting NodePool %s: no scale group uses it any more", stale)
             self.kube.delete("NodePool", stale)
 
-    def _config_yaml(self) -> str:
-        return yaml.safe_dump(config_to_dict(self._config), sort_keys=False)
-
     def controller_pods(self) -> list[dict[str, Any]]:
         return [
             p
@@ -306,12 +319,13 @@ class CoreweavePlatform:
             if not p["metadata"].get("deletionTimestamp")
         ]
 
-    def _wait_for_controller(self) -> None:
+    def _wait_for_controller(self, generation: int) -> None:
+        """Until the Deployment's `generation` is rolled out and available (as `kubectl rollout
+        status` decides), failing at once when a controller Pod hits an early failure."""
         deadline = time.monotonic() + self._deployment_timeout
         while True:
             deployment = self.kube.get("Deployment", res.CONTROLLER_NAME, self.namespace) or {}
-            status = deployment.get("status") or {}
-            if int(status.get("availableReplicas", 0)) >= 1:
+            if res.deployment_rolled_out(deployment, generation):
                 return
             for pod in self.controller_pods():
                 failure = self._pod_failure(pod)
@@ -340,12 +354,14 @@ class CoreweavePlatform:
         return failure.message
 
     def delete_controller_resources(self) -> None:
-        """Everything `create_vm` made except the NodePools, which scale to zero on their own."""
+        """Everything `create_vm` made except the NodePools, which scale to zero on their own; the
+        controller's state goes with its claim."""
         controller = self._config.controller.coreweave
         self.kube.delete("Deployment", res.CONTROLLER_NAME, self.namespace)
         self.kube.delete("Service", controller.service_name or DEFAULT_CONTROLLER_SERVICE_NAME, self.namespace)
         self.kube.delete("ConfigMap", res.CONFIGMAP_NAME, self.namespace)
         self.kube.delete("Secret", res.S3_SECRET_NAME, self.namespace)
+        self.kube.delete("PersistentVolumeClaim", res.STATE_CLAIM_NAME, self.namespace)
         self.kube.delete("ClusterRoleBinding", res.CONTROLLER_NAME)
         self.kube.delete("ClusterRole", res.CONTROLLER_NAME)
         self.kube.delete("Namespace", self.namespace)
@@ -521,13 +537,13 @@ class CoreweavePlatform:
             labels.get(self._labels.scale_group, ""),
             labels,
             _created_at(metadata),
-            state=CloudSliceState.BOOTSTRAPPING,
         )
-        record.history.append((CloudSliceState.BOOTSTRAPPING, Timestamp.now(), "found running at controller start"))
+        # The caller holds the lock, so the moves go through move_slice directly.
+        found = "its worker Pod was found at controller start"
+        move_slice(SLICE_TRANSITIONS, record, CloudSliceState.BOOTSTRAPPING, found)
         if (pod.get("status") or {}).get("phase") == "Running" and res.pod_ready(pod):
             record.worker = self._worker_handle(pod)
-            record.state = CloudSliceState.READY
-            record.history.append((CloudSliceState.READY, Timestamp.now(), "its Pod is running and ready"))
+            move_slice(SLICE_TRANSITIONS, record, CloudSliceState.READY, "its Pod is running and ready")
         else:
             threading.Thread(target=self._follow, args=(record,), name=f"coreweave-{slice_id}", daemon=True).start()
         return record
@@ -593,6 +609,7 @@ def controller_manifests(config: config_pb2.IrisClusterConfig) -> tuple[dict[str
     port = controller.port or DEFAULT_CONTROLLER_PORT
     service_name = controller.service_name or DEFAULT_CONTROLLER_SERVICE_NAME
     deployment = res.controller_deployment(
+        config_digest(config),
         namespace,
         controller.image,
         port,
@@ -605,6 +622,17 @@ def controller_manifests(config: config_pb2.IrisClusterConfig) -> tuple[dict[str
         object_storage_endpoint=config.platform.coreweave.object_storage_endpoint,
     )
     return deployment, res.controller_service(namespace, service_name, port)
+
+
+def config_yaml(config: config_pb2.IrisClusterConfig) -> str:
+    """The cluster config as the ConfigMap holds it for the controller and the workers. Keys are
+    sorted: a proto map (the scale groups) iterates in an order that differs between processes,
+    and a second `start` must write the very same text."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=True)
+
+
+def config_digest(config: config_pb2.IrisClusterConfig) -> str:
+    return hashlib.sha256(config_yaml(config).encode()).hexdigest()[:16]
 
 
 def _created_at(metadata: dict[str, Any]) -> Timestamp:

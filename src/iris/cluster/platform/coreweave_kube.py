@@ -31,6 +31,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "Service": ("/api/v1", "services", True),
     "Pod": ("/api/v1", "pods", True),
     "Event": ("/api/v1", "events", True),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Deployment": ("/apis/apps/v1", "deployments", True),

@@ -18,9 +18,13 @@ from iris.cluster.runtime.kubernetes import DOWNWARD_ENV, S3_SECRET_KEYS
 CONTROLLER_NAME = "iris-controller"
 SERVICE_ACCOUNT = "iris-controller"
 CONFIGMAP_NAME = "iris-cluster-config"
+STATE_CLAIM_NAME = "iris-controller-state"
+# The controller's SQLite state and logs: small, but it must follow the controller to any node.
+STATE_CLAIM_SIZE = "10Gi"
 S3_SECRET_NAME = "iris-s3-credentials"
 CONFIG_KEY = "config.yaml"
 CONFIG_DIR = "/etc/iris"
+CONFIG_DIGEST_ANNOTATION = "iris-config-digest"
 NODEPOOL_API_VERSION = "compute.coreweave.com/v1alpha1"
 # Requests equal to limits give the controller Guaranteed QoS (seed 001 section 8).
 CONTROLLER_RESOURCES = {"cpu": "2", "memory": "4Gi"}
@@ -165,6 +169,7 @@ def stale_nodepools(pools: Sequence[dict[str, Any]], wanted: set[str], label_pre
 
 
 def controller_deployment(
+    config_digest: str,
     namespace_name: str,
     image: str,
     port: int,
@@ -177,7 +182,10 @@ def controller_deployment(
     object_storage_endpoint: str = "",
 ) -> dict[str, Any]:
     """The controller: one replica on its scale group's pool, reading the config from the
-    ConfigMap, with its state on the node's disk and the object storage credentials for bundles."""
+    ConfigMap, with its state on the state claim (so a replacement Pod on any node of the pool
+    carries on from it) and the object storage credentials for bundles.
+    `config_digest` (of the ConfigMap's config) goes on the Pod template, so applying a changed
+    config rolls the controller out onto it and an unchanged one changes nothing."""
     labels = {"app": CONTROLLER_NAME, controller_label: "true"}
     return {
         "apiVersion": "apps/v1",
@@ -185,11 +193,12 @@ def controller_deployment(
         "metadata": {"name": CONTROLLER_NAME, "namespace": namespace_name, "labels": labels},
         "spec": {
             "replicas": 1,
-            # One controller owns the state directory at a time: the old Pod goes before the new one starts.
+            # One controller owns the state at a time (and a ReadWriteOnce volume attaches to one
+            # node): the old Pod goes before the new one starts.
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app": CONTROLLER_NAME}},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": labels, "annotations": {CONFIG_DIGEST_ANNOTATION: config_digest}},
                 "spec": {
                     "serviceAccountName": SERVICE_ACCOUNT,
                     "nodeSelector": {scale_group_label(label_prefix): scale_group},
@@ -226,12 +235,36 @@ def controller_deployment(
                     ],
                     "volumes": [
                         {"name": "config", "configMap": {"name": CONFIGMAP_NAME}},
-                        {"name": "state", "hostPath": {"path": state_dir, "type": "DirectoryOrCreate"}},
+                        {"name": "state", "persistentVolumeClaim": {"claimName": STATE_CLAIM_NAME}},
                     ],
                 },
             },
         },
     }
+
+
+def controller_state_claim(namespace_name: str) -> dict[str, Any]:
+    """The controller's state volume: network storage of the cluster's default class, so the
+    state outlives the Pod and the node it ran on."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": STATE_CLAIM_NAME, "namespace": namespace_name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": STATE_CLAIM_SIZE}}},
+    }
+
+
+def deployment_rolled_out(deployment: dict[str, Any], generation: int) -> bool:
+    """`generation` of a one-replica Deployment is observed, its Pod is of that template, is
+    available, and no Pod of an older template is left."""
+    status = deployment.get("status") or {}
+    updated = int(status.get("updatedReplicas", 0))
+    return (
+        int(status.get("observedGeneration", 0)) >= generation
+        and updated >= 1
+        and int(status.get("replicas", 0)) == updated
+        and int(status.get("availableReplicas", 0)) >= 1
+    )
 
 
 def controller_service(namespace_name: str, service_name: str, port: int) -> dict[str, Any]:
