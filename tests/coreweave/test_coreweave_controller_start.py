@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from click.testing import CliRunner, Result
 from engines import DockerEngine
