@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored, and so
+# would every CLI it starts: the tests that press Ctrl-C on one would fail for the launcher's sake.
+# Python's own handler is what a terminal user's `iris` has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(hookwrapper=True)
