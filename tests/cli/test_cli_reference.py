@@ -141,16 +141,21 @@ def _debug_section(cluster: Cluster, worker: str) -> None:
     assert cluster("debug", "bootstrap-logs", worker).stdout.strip(), "a worker's startup log"
 
     follow = cluster.runner.popen("cluster", f"--config={cluster.path}", "debug", "logs", "--follow", "--tail", "1")
-    printed: list[str] = []
-    threading.Thread(target=lambda: printed.extend(follow.stdout), daemon=True).start()
-    wait_until(lambda: printed, 30, 0.05, "the log's last line")
-    # Following: a line the controller writes from now on shows up.
-    with open(cluster.state_dir / "platform" / "iris-controller.log", "a") as log:
-        log.write("a line written while following\n")
-    wait_until(lambda: "a line written while following\n" in printed, 30, 0.05, "the new line")
-    send_ctrl_c(follow)
-    follow.wait(20)
-    assert follow.returncode == 130
+    try:
+        printed: list[str] = []
+        threading.Thread(target=lambda: printed.extend(follow.stdout), daemon=True).start()
+        wait_until(lambda: printed, 30, 0.05, "the log's last line")
+        # Following: a line the controller writes from now on shows up.
+        with open(cluster.state_dir / "platform" / "iris-controller.log", "a") as log:
+            log.write("a line written while following\n")
+        wait_until(lambda: "a line written while following\n" in printed, 30, 0.05, "the new line")
+        send_ctrl_c(follow)
+        follow.wait(20)
+        assert follow.returncode == 130
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
 
     validated = cluster("debug", "validate", "--job-timeout", "60")
     for step in ("simple job", "concurrent jobs", "coscheduled job", "accelerator job"):
