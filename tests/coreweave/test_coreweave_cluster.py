@@ -213,18 +213,20 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
 
         # A GPU job: its pool grows from zero, a worker Pod comes up, the task runs in its own Pod.
         assert pools["iris-h100-8x"].get("status", {}).get("currentNodes", 0) == 0
-        submitted = _iris(
-            cks, "--config", config, "run", "--no-wait", "--gpu", "H100x2", "--workspace", str(workspace), "--",
-            "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME; sleep 6; echo attempt-finished",
+        running = subprocess.Popen(
+            [str(IRIS), "--config", config, "run", "--gpu", "H100x2", "--workspace", str(workspace), "--",
+             "sh", "-c", "echo gpu-task-ran-on-$IRIS_POD_NAME; sleep 4"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(cks),
         )
-        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-        job_id = submitted.stdout.strip().splitlines()[-1]
 
         def gpu_task_pod() -> dict[str, Any] | None:
             pods = _get(cks, "pods", "-l", "iris.managed=true,iris.role=main")
             return next((p for p in pods if p["status"].get("phase") == "Running"), None)
 
         task = wait_until(gpu_task_pod, 240, 0.2, "the GPU task Pod to run")
+        out, err = running.communicate(timeout=120)
+        assert running.returncode == 0, out + err
+        assert f"gpu-task-ran-on-{task['metadata']['name']}" in out
         limits: dict[str, str] = {}
         for container in task["spec"]["containers"]:
             limits.update((container.get("resources") or {}).get("limits") or {})
@@ -233,8 +235,18 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
         assert any(t.get("key") == "nvidia.com/gpu" for t in task["spec"]["tolerations"])
         assert _get(cks, "nodepool", "iris-h100-8x", namespace="")[0]["status"]["currentNodes"] >= 1
 
-        # Mid-job, the controller's node is cordoned and its Pod deleted: the Deployment's new Pod
+        # The controller's node is cordoned and its Pod deleted mid-job: the Deployment's new Pod
         # comes up on another node with the state of the old one and adopts the running task.
+        submitted = _iris(
+            cks, "--config", config, "run", "--no-wait", "--gpu", "H100x2", "--workspace", str(workspace), "--",
+            "sh", "-c", "echo attempt-started; sleep 6; echo attempt-finished",
+        )
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        job_id = submitted.stdout.strip().splitlines()[-1]
+        wait_until(
+            lambda: any(p["status"].get("phase") == "Running" for p in _get(cks, "pods", "-l", "iris.managed=true,iris.role=main")),
+            120, 0.5, "the second task Pod to run",
+        )
         old = _controller_pod(cks)
         assert old is not None
         with _client(cks, config) as client:
@@ -254,8 +266,7 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
             assert known <= {job.job_id for job in client.list_jobs()}
         logs = _iris(cks, "--config", config, "job", "logs", "-f", job_id)
         assert logs.returncode == 0, logs.stdout + logs.stderr
-        assert logs.stdout.count(f"gpu-task-ran-on-{task['metadata']['name']}") == 1, logs.stdout
-        assert "attempt-finished" in logs.stdout
+        assert logs.stdout.count("attempt-started") == 1 and "attempt-finished" in logs.stdout
 
         _each_early_failure_ends_a_new_slice_shown_by_slice_list(cks, config, images)
 
