@@ -1,10 +1,9 @@
 """examples/coreweave.yaml end to end on the fake CKS cluster, driven as an operator drives a real
-one, all on one cluster start: scripts/smoke-test.py starts the cluster (with the real `kubectl`
-and `kubernetes` client, the controller running from its image in a Deployment Pod) and passes
-every validation step, then keeps it up for the rest: `start` again (nothing changes; then a
-changed config rolls out), a GPU job scaling its NodePool from zero into a task Pod, the controller
-moved to another node mid-job with its state, each early failure of a slice shown by
-`iris cluster slice list`, `debug cleanup`; then the smoke test's cleanup stops the cluster.
+one, all on one cluster start: `iris cluster start` with the real `kubectl` and `kubernetes`
+client, the controller running from its image in a Deployment Pod, `start` again (nothing
+changes; then a changed config rolls out), a GPU job scaling its NodePool from zero
+into a task Pod, the controller moved to another node mid-job with its state, each early failure
+of a slice shown by `iris cluster slice list`, `debug cleanup`, and `iris cluster stop`.
 
 Only what cannot be the same here is overridden: the kubeconfig, the object storage endpoint and
 bucket (a moto server), the images (built from the Dockerfiles on the test base image), free
@@ -28,7 +27,6 @@ import pytest
 import yaml
 from engines import DockerEngine, build_test_image
 from fakes.kubernetes.cluster import FakeKubernetes
-from smoke_support import SmokeTestRun
 
 from iris.client.client import IrisClient
 from iris.cluster.controller.lifecycle import controller_connection
@@ -40,8 +38,6 @@ from iris.time import wait_until
 REPO = Path(__file__).resolve().parents[2]
 IRIS = Path(sys.executable).parent / "iris"
 BUCKET = "iris-coreweave-e2e"
-# examples/coreweave.yaml's label prefix (its NodePools are iris-<group>): the smoke test's prefix.
-LABEL_PREFIX = "iris"
 NAMESPACED = ("serviceaccount/iris-controller", "secret/iris-s3-credentials", "configmap/iris-cluster-config",
               "persistentvolumeclaim/iris-controller-state", "deployment/iris-controller",
               "service/iris-controller-svc")
@@ -168,19 +164,13 @@ def _controller_pod(cluster: FakeKubernetes) -> dict[str, Any] | None:
 def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_stops(
     tmp_path: Path, cks: FakeKubernetes, object_storage: str, images: dict[str, str]
 ) -> None:
-    user_config = _config_file(tmp_path, cks, object_storage, images)
+    config = str(_config_file(tmp_path, cks, object_storage, images))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
 
-    # The smoke test starts the cluster and passes every validation step (its concurrent jobs bring
-    # two more CPU nodes up at once), then keeps the cluster up for the scenarios below and, told to
-    # go on, deletes it. Its prefix is the example's label prefix, and becomes the cluster's name.
-    smoke = SmokeTestRun(user_config, LABEL_PREFIX, tmp_path / "smoke-logs", cwd=workspace, env=_env(cks))
-    config = str(smoke.config_file)
+    started = _iris(cks, "--config", config, "cluster", "start")
     try:
-        smoke.wait_until_paused()
-        smoke.assert_every_step_passed()
-        assert "accelerator=cpu" in smoke.output(), smoke.output()
+        assert started.returncode == 0, started.stdout + started.stderr
         # Every resource of seed 001 section 13, read back with kubectl.
         versions = _versions(cks)
         pools = {p["metadata"]["name"]: p for p in _get(cks, "nodepools", namespace="")}
@@ -281,17 +271,10 @@ def test_coreweave_example_starts_runs_a_gpu_job_survives_controller_loss_and_st
         vms = sum(line.startswith("vm ") for line in listed)
         assert f"deleted {vms} VM(s) and {len(listed) - vms} slice(s)" in cleaned.stdout
         after = _iris(cks, "--config", config, "cluster", "debug", "cleanup")
-        assert f"nothing of cluster '{LABEL_PREFIX}' found" in after.stdout, after.stdout + after.stderr
-
-        # The smoke test's cleanup stops the controller and deletes what the cluster made.
-        finished = smoke.finish()
-        assert finished.returncode == 0, smoke.output()
-        assert "PASS  cleanup " in smoke.output() and "smoke test passed" in smoke.output(), smoke.output()
+        assert "nothing of cluster 'coreweave' found" in after.stdout, after.stdout + after.stderr
     finally:
-        if smoke.process.returncode != 0:
-            # Whatever failed above, leave nothing behind for the next test.
-            smoke.stop()
-            _iris(cks, "--config", config, "cluster", "stop", "--yes")
+        stopped = _iris(cks, "--config", config, "cluster", "stop", "--yes")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
     def only_pools_left() -> bool:
         kinds = "pods,services,deployments,configmaps,secrets,serviceaccounts,persistentvolumeclaims"
