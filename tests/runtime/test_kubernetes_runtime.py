@@ -407,3 +407,53 @@ def test_bundle_that_does_not_match_its_digest_fails_the_attempt_with_the_init_c
 
     assert "cannot materialise the task's workdir" in str(excinfo.value)
     assert f"not {claimed}: resubmit the job" in str(excinfo.value)
+
+
+def test_task_claiming_every_core_of_its_node_runs_even_on_a_smaller_machine(
+    kubernetes_cluster: FakeKubernetes,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
+) -> None:
+    # A task that takes its whole worker claims all 64 cores of the node (the smoke test's
+    # concurrent jobs do); the machine running the tests has fewer.
+    runtime = KubernetesRuntime(
+        KubernetesSettings(namespace=namespace, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
+    )
+    handle = runtime.create_container(
+        _config(tmp_path, docker_engine.base_image, ["echo", "whole-node"], cpu_millicores=64_000)
+    )
+    try:
+        handle.run()
+        status = handle.wait(timeout=60)
+    finally:
+        handle.cleanup()
+
+    assert status.phase == ContainerPhase.EXITED and status.exit_code == 0, status.error
+    assert lines(handle, "stdout") == ["whole-node"]
+
+
+def test_task_container_the_runtime_refuses_to_create_fails_with_create_container_error(
+    kubernetes_cluster: FakeKubernetes,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
+) -> None:
+    runtime = KubernetesRuntime(
+        KubernetesSettings(namespace=namespace, helper_image=task_image),
+        kubeconfig=str(kubernetes_cluster.kubeconfig),
+    )
+    # Below the smallest memory limit a container runtime accepts.
+    handle = runtime.create_container(_config(tmp_path, docker_engine.base_image, ["true"], memory_bytes=1024 * 1024))
+    started = time.monotonic()
+    try:
+        with pytest.raises(ContainerError) as excinfo:
+            handle.run()
+    finally:
+        handle.cleanup()
+
+    assert time.monotonic() - started < 30
+    assert "CreateContainerError" in str(excinfo.value) and "memory" in str(excinfo.value).lower()

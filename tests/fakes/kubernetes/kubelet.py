@@ -446,7 +446,11 @@ class PodWorker:
                 self._publish()
             if self.stopped.wait(self.kubelet.mount_retry_seconds):
                 return False
-        self._create_and_start(record, env)
+        # A container the runtime refuses to create is retried, as the kubelet does on its next sync.
+        while not self._create_and_start(record, env):
+            self._publish()
+            if self.stopped.wait(self.kubelet.mount_retry_seconds) or self._deleting():
+                return False
         self._publish()
         return True
 
@@ -462,7 +466,8 @@ class PodWorker:
                 f'failed to resolve reference "{image}": {image}: not found'
             )
 
-    def _create_and_start(self, record: ContainerRecord, env: dict[str, str]) -> None:
+    def _create_and_start(self, record: ContainerRecord, env: dict[str, str]) -> bool:
+        """Create and start the container; False if the runtime would not create it."""
         spec = record.spec
         limits = (spec.get("resources") or {}).get("limits") or {}
         host_config: dict[str, Any] = {
@@ -483,21 +488,31 @@ class PodWorker:
             host_config["mem_limit"] = memory
             host_config["memswap_limit"] = memory
         if limits.get("cpu"):
-            host_config["nano_cpus"] = int(parse_quantity(limits["cpu"]) * 1e9)
+            # A node may claim more cores than this machine has (a 64-core instance type): a limit
+            # of all of them limits nothing, and dockerd refuses a quota above its own CPU count.
+            cores = min(float(parse_quantity(limits["cpu"])), self.kubelet.host_cpus())
+            host_config["nano_cpus"] = int(cores * 1e9)
         api = self.kubelet.api
-        container = api.create_container(
-            image=spec["image"],
-            name=f"k8s_{record.name}_{self.name}_{self.namespace}_{self.uid[:8]}_{record.restart_count}",
-            # $(VAR) in command and args expands from the container's env, as the real kubelet does.
-            entrypoint=[_expand(part, env) for part in spec["command"]] if spec.get("command") else None,
-            command=[_expand(part, env) for part in spec["args"]] if spec.get("args") else None,
-            environment=env,
-            working_dir=spec.get("workingDir"),
-            stdin_open=bool(spec.get("stdin")),
-            tty=bool(spec.get("tty")),
-            labels={LABEL_CLUSTER: self.kubelet.cluster_id, LABEL_POD_UID: self.uid},
-            host_config=api.create_host_config(**host_config),
-        )
+        try:
+            container = api.create_container(
+                image=spec["image"],
+                name=f"k8s_{record.name}_{self.name}_{self.namespace}_{self.uid[:8]}_{record.restart_count}",
+                # $(VAR) in command and args expands from the container's env, as the real kubelet does.
+                entrypoint=[_expand(part, env) for part in spec["command"]] if spec.get("command") else None,
+                command=[_expand(part, env) for part in spec["args"]] if spec.get("args") else None,
+                environment=env,
+                working_dir=spec.get("workingDir"),
+                stdin_open=bool(spec.get("stdin")),
+                tty=bool(spec.get("tty")),
+                labels={LABEL_CLUSTER: self.kubelet.cluster_id, LABEL_POD_UID: self.uid},
+                host_config=api.create_host_config(**host_config),
+            )
+        except docker.errors.APIError as exc:
+            # What the kubelet reports of a container its runtime refuses to create.
+            message = str(exc.explanation or exc)
+            record.state = {"waiting": {"reason": "CreateContainerError", "message": message}}
+            self._event("Warning", "Failed", f"Error: {message}")
+            return False
         record.docker_ids.append(container["Id"])
         self._event("Normal", "Pulled", f'Container image "{spec["image"]}" already present on machine')
         self._event("Normal", "Created", f"Created container {record.name}")
@@ -517,7 +532,7 @@ class PodWorker:
                 }
             }
             self._event("Warning", "Failed", f"Error: {message}")
-            return
+            return True
         started = (
             _docker_time(api.inspect_container(container["Id"])["State"].get("StartedAt")) or now_rfc3339()
         )
@@ -529,6 +544,7 @@ class PodWorker:
         liveness = spec.get("livenessProbe") or {}
         record.next_liveness_at = time.monotonic() + float(liveness.get("initialDelaySeconds", 0))
         self._event("Normal", "Started", f"Started container {record.name}")
+        return True
 
     def _inspect_end(self, record: ContainerRecord) -> dict[str, Any] | None:
         try:
@@ -813,6 +829,7 @@ class Kubelet:
         self.stopping = threading.Event()
         self._workers: dict[str, PodWorker] = {}
         self._lock = threading.Lock()
+        self._host_cpus: float | None = None
         self._wake = threading.Event()
         self._cpu_samples: dict[str, tuple[int, int]] = {}
         self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
@@ -839,6 +856,12 @@ class Kubelet:
             except docker.errors.APIError:
                 pass
         self.client.close()
+
+    def host_cpus(self) -> float:
+        """How many CPUs the engine that runs the Pods has (a container's CPU quota is at most that)."""
+        if self._host_cpus is None:
+            self._host_cpus = float(self.api.info()["NCPU"])
+        return self._host_cpus
 
     def forget(self, uid: str) -> None:
         with self._lock:
