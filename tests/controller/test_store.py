@@ -437,6 +437,24 @@ def test_store_assignment_of_task_killed_while_scheduling_is_dropped(cluster):
     assert cluster.store.plan_heartbeat("w1", CONTROLLER).to_run == []
 
 
+def test_store_scheduling_inputs_of_a_replaced_job_follow_its_new_request(cluster):
+    cluster.worker("w1", cpu=500)
+    job_id = cluster.submit("train", cpu=1000)
+    [demand] = cluster.store.scheduling_inputs()[0]
+    assert demand.resources.cpu_millicores == 1000
+    cluster.store.terminate_job(job_id, "replaced", cluster.tick())
+    cluster.store.delete_job_tree(job_id)
+
+    cluster.submit("train", cpu=100, replicas=3)
+    demands, _ = cluster.store.scheduling_inputs()
+
+    assert [(d.task_id, d.resources.cpu_millicores) for d in demands] == [
+        ("/train/0", 100),
+        ("/train/1", 100),
+        ("/train/2", 100),
+    ]
+
+
 def test_store_task_finished_between_heartbeats_job_records_start_time(cluster):
     worker = cluster.worker("w1")
     worker.start_state = pb.TASK_STATE_SUCCEEDED  # done before the controller ever saw it run

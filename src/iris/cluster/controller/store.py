@@ -207,6 +207,16 @@ class ControllerStore(StoreReads):
             self._demand_templates[job_id] = template
         return template
 
+    def _task_demands(self, job_id: str) -> list[TaskDemand]:
+        """Every task's demand of a live job, by task index, kept as long as its template: a
+        full pass after each attempt's end would otherwise build one per pending task again."""
+        demands = self._task_demands_by_job.get(job_id)
+        if demands is None:
+            template = self._demand_template(job_id)
+            demands = [template.for_task(f"{job_id}/{i}") for i in range(max(1, self.request_for(job_id).replicas))]
+            self._task_demands_by_job[job_id] = demands
+        return demands
+
     def scheduling_mark(self) -> tuple[int, int]:
         """(capacity_epoch, the newest task's row number): a pass that started from this mark
         can skip, in the next pass, every task it tried while the epoch stays the same."""
@@ -222,12 +232,13 @@ class ControllerStore(StoreReads):
         """
         with self._read() as db:
             rows = db.execute(
-                f"SELECT t.task_id, t.job_id FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
+                f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
                 f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
                 f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
                 (after_row,),
             ).fetchall()
-            demands = [self._demand_template(job_id).for_task(task_id) for task_id, job_id in rows]
+            by_job = self._task_demands_by_job
+            demands = [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
             if not demands:
                 return [], []
             committed: dict[str, Resources] = {}

@@ -132,6 +132,7 @@ class StoreBase:
         self._requests: OrderedDict[str, pb.LaunchJobRequest] = OrderedDict()
         # Scheduling shapes of unfinished jobs, dropped when a job ends.
         self._demand_templates: dict[str, TaskDemand] = {}
+        self._task_demands_by_job: dict[str, list[TaskDemand]] = {}
         self._scheduling_timeouts: dict[str, int] = {}
         # Bumped whenever tasks that did not fit before may fit now (an attempt ended, a worker
         # came, went or changed, a task went back to pending, a job was deleted): while it stays
@@ -274,6 +275,7 @@ class StoreBase:
 
     def _forget_job_shape(self, job_id: str) -> None:
         self._demand_templates.pop(job_id, None)
+        self._task_demands_by_job.pop(job_id, None)
         self._scheduling_timeouts.pop(job_id, None)
 
     def request_for(self, job_id: str) -> pb.LaunchJobRequest:
