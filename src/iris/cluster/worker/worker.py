@@ -65,8 +65,13 @@ class Worker:
         self.settings = settings
         self.runtime = runtime
         self._lock = threading.Lock()
+        # Every attempt still kept, for lookups by id; a heartbeat reports only `_reported`: those
+        # running or whose end the controller has not yet taken in. The others wait in
+        # `_retired_at` (oldest first) for FINISHED_RETENTION_S, so that a heartbeat costs what is
+        # running, not every attempt of the last ten minutes.
         self._attempts: dict[tuple[str, int], TaskAttempt] = {}
-        self._finished_at: dict[tuple[str, int], float] = {}
+        self._reported: dict[tuple[str, int], TaskAttempt] = {}
+        self._retired_at: dict[tuple[str, int], float] = {}
         self._ports = PortAllocator()
         self._bundles = BundleCache(settings.cache_dir / "bundles", limits=settings.input_limits)
         self._ctx = AttemptContext(
@@ -186,10 +191,17 @@ class Worker:
                     continue  # a repeated delivery after a lost response
                 attempt = TaskAttempt(run, self._ports.allocate(run.ports, owner=key), self._ctx)
                 self._attempts[key] = attempt
+                self._reported[key] = attempt
                 attempt.start()
             to_kill = [self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill]
             expected = {(e.task_id, e.attempt_id): e.log_offset for e in request.expected_tasks}
-            attempts = dict(self._attempts)
+            for key in expected.keys() - self._reported.keys():
+                # Retired, and yet the controller asks about it again: report it, and its
+                # retention starts over once the controller lets it go.
+                if key in self._attempts:
+                    self._reported[key] = self._attempts[key]
+                    self._retired_at.pop(key, None)
+            attempts = dict(self._reported)
         for attempt in to_kill:
             if attempt is not None and not attempt.finished:
                 logger.info("killing %s attempt %d at the controller's request", *attempt.key)
@@ -197,30 +209,31 @@ class Worker:
         response = pb.HeartbeatResponse(worker_id=self.settings.worker_id)
         for key, attempt in attempts.items():
             if attempt.finished and key not in expected:
-                # Kept for lookups by id only; building its status would make every heartbeat
-                # cost as much as all the attempts the worker ran in the last minutes.
-                continue
+                continue  # the controller has taken in its end: retired below
             status = attempt.status(expected.get(key), MAX_LOG_LINES_PER_HEARTBEAT)
             if not attempt.finished:
                 response.running_tasks.append(status)
             else:
                 response.completed_tasks.append(status)
-        self._collect_garbage(expected)
+        self._retire(attempts, expected)
         return response
 
-    def _collect_garbage(self, expected: dict[tuple[str, int], int]) -> None:
-        now = time.monotonic()
+    def _retire(self, reported: dict[tuple[str, int], TaskAttempt], expected: dict[tuple[str, int], int]) -> None:
+        """Stop reporting the finished attempts the controller no longer expects, and forget
+        those retired more than FINISHED_RETENTION_S ago."""
         with self._lock:
-            for key, attempt in list(self._attempts.items()):
-                if not attempt.finished or key in expected:
-                    self._finished_at.pop(key, None)
-                    continue
-                self._ports.release(key)
-                first_seen = self._finished_at.setdefault(key, now)
-                if now - first_seen > FINISHED_RETENTION_S:
-                    del self._attempts[key]
-                    del self._finished_at[key]
-                    threading.Thread(target=shutil.rmtree, args=(attempt.workdir, True), daemon=True).start()
+            now = time.monotonic()  # under the lock: `_retired_at` stays in the order of its times
+            for key, attempt in reported.items():
+                if attempt.finished and key not in expected and self._reported.pop(key, None) is not None:
+                    self._ports.release(key)
+                    self._retired_at[key] = now
+            while self._retired_at:
+                key, retired_at = next(iter(self._retired_at.items()))
+                if now - retired_at <= FINISHED_RETENTION_S:
+                    break
+                del self._retired_at[key]
+                attempt = self._attempts.pop(key)
+                threading.Thread(target=shutil.rmtree, args=(attempt.workdir, True), daemon=True).start()
 
     # ------------------------------------------------------------ queries
 

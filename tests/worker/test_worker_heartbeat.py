@@ -1,0 +1,76 @@
+"""What a worker's heartbeat answer reports about finished attempts: each until the controller
+stops expecting it, then nothing, while the attempt stays available by id until its retention
+ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iris.cluster.runtime.process import ProcessRuntime
+from iris.cluster.worker import worker as worker_module
+from iris.cluster.worker.worker import Worker, WorkerSettings
+from iris.rpc import cluster_pb2 as pb
+from iris.time import wait_until
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Worker:
+    settings = WorkerSettings(
+        worker_id="w1",
+        address="http://127.0.0.1:9",
+        controller_address="http://127.0.0.1:9",
+        cache_dir=tmp_path / "cache",
+        metadata=pb.WorkerMetadata(hostname="w1", cpu_millicores=1000, memory_bytes=1 << 30),
+    )
+    return Worker(settings, ProcessRuntime(tmp_path / "runtime"))
+
+
+def _run(task_id: str) -> pb.RunTaskRequest:
+    request = pb.RunTaskRequest(task_id=task_id, job_id=task_id.rsplit("/", 1)[0], attempt_id=0)
+    request.entrypoint.command.argv.append("true")
+    return request
+
+
+def _heartbeat(worker: Worker, expected: list[str], run: list[str] = ()) -> pb.HeartbeatResponse:
+    return worker.heartbeat(
+        pb.HeartbeatRequest(
+            tasks_to_run=[_run(task_id) for task_id in run],
+            expected_tasks=[pb.ExpectedTask(task_id=task_id, attempt_id=0, log_offset=0) for task_id in expected],
+        )
+    )
+
+
+def _reported(response: pb.HeartbeatResponse) -> list[str]:
+    return sorted(s.task_id for s in (*response.running_tasks, *response.completed_tasks))
+
+
+def test_worker_heartbeat_finished_attempt_reported_while_expected_then_kept_for_lookup(worker: Worker) -> None:
+    _heartbeat(worker, [], run=["/a/0", "/b/0"])
+    wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "both attempts to finish")
+
+    assert _reported(_heartbeat(worker, ["/a/0", "/b/0"])) == ["/a/0", "/b/0"]
+    # The controller took in /a/0's end: it is no longer reported, and still found by id.
+    assert _reported(_heartbeat(worker, ["/b/0"])) == ["/b/0"]
+    assert _reported(_heartbeat(worker, ["/b/0"])) == ["/b/0"]
+    attempt = worker.attempt("/a/0", 0)
+    assert attempt is not None and attempt.state == pb.TASK_STATE_SUCCEEDED
+    # Asked about again (a controller that lost its answer): reported again.
+    [status] = _heartbeat(worker, ["/a/0"]).completed_tasks
+    assert (status.task_id, status.state) == ("/a/0", pb.TASK_STATE_SUCCEEDED)
+
+
+def test_worker_heartbeat_attempt_let_go_is_forgotten_after_retention(
+    worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "FINISHED_RETENTION_S", 0.0)
+    _heartbeat(worker, [], run=["/a/0"])
+    wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "the attempt to finish")
+    [attempt] = worker.attempts()
+    _heartbeat(worker, ["/a/0"])
+
+    assert _reported(_heartbeat(worker, [])) == []
+    wait_until(lambda: not _heartbeat(worker, []).completed_tasks and worker.attempt("/a/0", 0) is None, 10, 0.02,
+               "the attempt to be forgotten")  # fmt: skip
+    wait_until(lambda: not attempt.workdir.exists(), 10, 0.02, "the attempt's workdir to be removed")
