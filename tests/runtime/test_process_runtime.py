@@ -67,6 +67,17 @@ def test_process_logs_are_appended_to_state_files(create_container: CreateContai
     assert (record_dir / "stderr.log").read_text() == "err-partial\n"
 
 
+def test_process_log_files_only_for_streams_that_printed(create_container: CreateContainer, tmp_path: Path) -> None:
+    handle = create_container(py("print('out-line')"))
+    handle.run()
+    handle.wait(timeout=30)
+
+    record_dir = tmp_path / "state" / "containers" / handle.container_id
+    assert (record_dir / "stdout.log").read_text() == "out-line\n"
+    assert not (record_dir / "stderr.log").exists()
+    assert [line.data for line in handle.logs()] == ["out-line"]
+
+
 def test_process_remove_leftovers_fresh_runtime_kills_previous_process_and_returns_1(
     tmp_path: Path, workdir: Path
 ) -> None:

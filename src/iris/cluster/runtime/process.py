@@ -7,7 +7,7 @@ are not enforced because there is nothing to isolate them with.
 
 State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
 labels) lets a later worker process find and kill what this one left running, next to
-`stdout.log`, `stderr.log` and `build.log`. `meta.json` is written before anything is forked, and
+`stdout.log`, `stderr.log` and `build.log` (each created with its first line). `meta.json` is written before anything is forked, and
 every process of a container carries its id in the environment (CONTAINER_MARKER_ENV), so a
 worker killed between fork and recording the pid still leaves processes a later one can find.
 """
@@ -268,19 +268,29 @@ def _describe_exit(returncode: int) -> tuple[int, str]:
 
 
 class _Pipe:
-    """One output pipe of a process, read without blocking, split into lines like readline()."""
+    """One output pipe of a process, read without blocking, split into lines like readline(),
+    and copied to a log file opened at the first line: most trivial tasks print nothing, and
+    creating and deleting two empty files cost more than starting their process."""
 
-    def __init__(self, pipe: IO[bytes], source: LogSource, log_file: IO[str]) -> None:
+    def __init__(self, pipe: IO[bytes], source: LogSource, log_path: Path) -> None:
         self.pipe = pipe
         self.fd = pipe.fileno()
         self.source: LogSource = source
-        self.log_file = log_file
+        self.log_path = log_path
+        self.log_file: IO[str] | None = None
         self.pending = b""
         os.set_blocking(self.fd, False)
 
+    def copy_to_log(self, text: str) -> None:
+        if self.log_file is None:
+            self.log_file = open(self.log_path, "a", encoding="utf-8")
+        self.log_file.write(text)
+        self.log_file.flush()
+
     def close(self) -> None:
         self.pipe.close()
-        self.log_file.close()
+        if self.log_file is not None:
+            self.log_file.close()
 
 
 class _Supervised:
@@ -511,32 +521,25 @@ class ProcessContainerHandle:
         else:
             spawned, preexec = argv, _pdeathsig_preexec(os.getpid())
         sources: list[LogSource] = ["build"] if merge_output else ["stdout", "stderr"]
-        # Opened before the fork: a process must never run without its output going somewhere.
-        log_files = [open(self._record_dir / f"{source}.log", "a", encoding="utf-8") for source in sources]
-        try:
-            proc = subprocess.Popen(
-                spawned,
-                cwd=self._config.workdir,
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
-                start_new_session=True,
-                # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
-                # one only makes raw syscalls through a libc handle loaded at import.
-                preexec_fn=preexec,
-            )
-        except BaseException:
-            for log_file in log_files:
-                log_file.close()
-            raise
+        proc = subprocess.Popen(
+            spawned,
+            cwd=self._config.workdir,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+            start_new_session=True,
+            # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
+            # one only makes raw syscalls through a libc handle loaded at import.
+            preexec_fn=preexec,
+        )
         # The child cannot be reaped before the loop runs, so its /proc entry is still there.
         create_time = psutil.Process(proc.pid).create_time()
         current = _Supervised(proc, loop, create_time, deadline, is_command=not merge_output)
         pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
-        for pipe, source, log_file in zip(pipes, sources, log_files, strict=True):
+        for pipe, source in zip(pipes, sources, strict=True):
             assert pipe is not None
-            watched = _Pipe(pipe, source, log_file)
+            watched = _Pipe(pipe, source, self._record_dir / f"{source}.log")
             current.pipes[watched.fd] = watched
             loop.watch(watched.fd, lambda w=watched: self._read(current, w))
         pidfd = os.pidfd_open(proc.pid)
@@ -577,8 +580,7 @@ class ProcessContainerHandle:
             return
         data = [raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r") for raw in raws]
         try:
-            pipe.log_file.write("".join(line + "\n" for line in data))
-            pipe.log_file.flush()
+            pipe.copy_to_log("".join(line + "\n" for line in data))
         except OSError:
             pass  # a full disk costs the file copy; the lines still reach the controller
         stamp = now_ms()
@@ -712,7 +714,12 @@ class ProcessContainerHandle:
         }
         tmp = self._record_dir / "meta.json.tmp"
         tmp.write_text(json.dumps(record))
-        os.replace(tmp, self._record_dir / "meta.json")
+        target = self._record_dir / "meta.json"
+        # Renaming onto an existing file makes ext4 write the new file's data out first
+        # (auto_da_alloc), which doubled the CPU of recording the pid. A record briefly missing
+        # is one whose pid was not recorded yet: remove_leftovers finds its processes by marker.
+        target.unlink(missing_ok=True)
+        os.rename(tmp, target)
 
 
 def _kill_leftover_group(pid: int, create_time: float) -> None:
