@@ -67,7 +67,9 @@ def test_process_logs_are_appended_to_state_files(create_container: CreateContai
     assert (record_dir / "stderr.log").read_text() == "err-partial\n"
 
 
-def test_process_log_files_only_for_streams_that_printed(create_container: CreateContainer, tmp_path: Path) -> None:
+def test_process_log_files_only_for_streams_that_printed(
+    create_container: CreateContainer, tmp_path: Path
+) -> None:
     handle = create_container(py("print('out-line')"))
     handle.run()
     handle.wait(timeout=30)

@@ -33,11 +33,11 @@ def _run(task_id: str) -> pb.RunTaskRequest:
     return request
 
 
-def _heartbeat(worker: Worker, expected: list[str], run: list[str] = ()) -> pb.HeartbeatResponse:
+def _heartbeat(worker: Worker, expected: list[str], run: tuple[str, ...] = ()) -> pb.HeartbeatResponse:
     return worker.heartbeat(
         pb.HeartbeatRequest(
             tasks_to_run=[_run(task_id) for task_id in run],
-            expected_tasks=[pb.ExpectedTask(task_id=task_id, attempt_id=0, log_offset=0) for task_id in expected],
+            expected_tasks=[pb.ExpectedTask(task_id=task_id, attempt_id=0) for task_id in expected],
         )
     )
 
@@ -46,8 +46,15 @@ def _reported(response: pb.HeartbeatResponse) -> list[str]:
     return sorted(s.task_id for s in (*response.running_tasks, *response.completed_tasks))
 
 
-def test_worker_heartbeat_finished_attempt_reported_while_expected_then_kept_for_lookup(worker: Worker) -> None:
-    _heartbeat(worker, [], run=["/a/0", "/b/0"])
+def _forgotten(worker: Worker, task_id: str) -> bool:
+    _heartbeat(worker, [])  # a worker forgets attempts while it answers a heartbeat
+    return worker.attempt(task_id, 0) is None
+
+
+def test_worker_heartbeat_finished_attempt_reported_while_expected_then_kept_for_lookup(
+    worker: Worker,
+) -> None:
+    _heartbeat(worker, [], run=("/a/0", "/b/0"))
     wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "both attempts to finish")
 
     assert _reported(_heartbeat(worker, ["/a/0", "/b/0"])) == ["/a/0", "/b/0"]
@@ -65,12 +72,12 @@ def test_worker_heartbeat_attempt_let_go_is_forgotten_after_retention(
     worker: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(worker_module, "FINISHED_RETENTION_S", 0.0)
-    _heartbeat(worker, [], run=["/a/0"])
+    _heartbeat(worker, [], run=("/a/0",))
     wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "the attempt to finish")
     [attempt] = worker.attempts()
     _heartbeat(worker, ["/a/0"])
 
     assert _reported(_heartbeat(worker, [])) == []
-    wait_until(lambda: not _heartbeat(worker, []).completed_tasks and worker.attempt("/a/0", 0) is None, 10, 0.02,
-               "the attempt to be forgotten")  # fmt: skip
+    wait_until(lambda: _forgotten(worker, "/a/0"), 10, 0.02, "the attempt to be forgotten")
+    assert _reported(_heartbeat(worker, ["/a/0"])) == []
     wait_until(lambda: not attempt.workdir.exists(), 10, 0.02, "the attempt's workdir to be removed")

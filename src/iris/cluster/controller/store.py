@@ -208,14 +208,11 @@ class ControllerStore(StoreReads):
         return template
 
     def _task_demands(self, job_id: str) -> list[TaskDemand]:
-        """Every task's demand of a live job, by task index, kept as long as its template: a
-        full pass after each attempt's end would otherwise build one per pending task again."""
-        demands = self._task_demands_by_job.get(job_id)
-        if demands is None:
-            template = self._demand_template(job_id)
-            demands = [template.for_task(f"{job_id}/{i}") for i in range(max(1, self.request_for(job_id).replicas))]
-            self._task_demands_by_job[job_id] = demands
-        return demands
+        """A live job's demand per task index, kept with its template for every pass to reuse."""
+        if job_id not in self._task_demands_by_job:
+            template, tasks = self._demand_template(job_id), max(1, self.request_for(job_id).replicas)
+            self._task_demands_by_job[job_id] = [template.for_task(f"{job_id}/{i}") for i in range(tasks)]
+        return self._task_demands_by_job[job_id]
 
     def scheduling_mark(self) -> tuple[int, int]:
         """(capacity_epoch, the newest task's row number): a pass that started from this mark

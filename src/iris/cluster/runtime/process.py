@@ -7,9 +7,10 @@ are not enforced because there is nothing to isolate them with.
 
 State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
 labels) lets a later worker process find and kill what this one left running, next to
-`stdout.log`, `stderr.log` and `build.log` (each created with its first line). `meta.json` is written before anything is forked, and
-every process of a container carries its id in the environment (CONTAINER_MARKER_ENV), so a
-worker killed between fork and recording the pid still leaves processes a later one can find.
+`stdout.log`, `stderr.log` and `build.log` (each created with its first line). `meta.json` is
+written before anything is forked, and every process of a container carries its id in the
+environment (CONTAINER_MARKER_ENV), so a worker killed between fork and recording the pid still
+leaves processes a later one can find.
 """
 
 from __future__ import annotations
