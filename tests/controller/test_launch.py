@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from iris.cluster.controller.launch import (
+    AcceptedBundles,
     DEFAULT_MAX_RETRIES_PREEMPTION,
     inherit_from_parent,
     job_id_for,
@@ -106,3 +107,14 @@ def test_inherit_from_parent_takes_code_and_constraints_only_where_the_child_has
     assert (child.bundle_uri, list(child.constraints)) == (parent.bundle_uri, list(parent.constraints))
     assert own.bundle_uri == "file:///b/c.zip"
     assert Constraint.from_proto(own.constraints[0]).value == "b"
+
+
+def test_accepted_bundles_forget_the_least_recently_used_past_capacity():
+    accepted = AcceptedBundles(capacity=2)
+    accepted.add("a")
+    accepted.add("b")
+    assert "a" in accepted  # used again: "b" is now the oldest
+
+    accepted.add("c")
+
+    assert ("a" in accepted, "b" in accepted, "c" in accepted) == (True, False, True)

@@ -113,6 +113,29 @@ def test_launch_job_hostile_bundle_is_refused_before_it_is_stored(controller_url
         assert not [job for job in client.list_jobs() if job.name.endswith(f"hostile-{case}")]
 
 
+def test_launch_job_hostile_bundle_is_refused_again_after_a_good_one(controller_url: str) -> None:
+    good = _zip([("main.py", b"print(1)\n")])
+    blob, reason = HOSTILE[sorted(HOSTILE)[0]]
+    with IrisClient.remote(controller_url) as client:
+        for name, bundle in (("good-1", good), ("good-2", good)):
+            request = pb.LaunchJobRequest(
+                name=name,
+                entrypoint=Entrypoint.from_command("true").proto,
+                bundle_blob=bundle,
+                bundle_sha256=hashlib.sha256(bundle).hexdigest(),
+            )
+            client.call("launch_job", request)
+        for attempt in range(2):
+            request = pb.LaunchJobRequest(
+                name=f"hostile-again-{attempt}",
+                entrypoint=Entrypoint.from_command("true").proto,
+                bundle_blob=blob,
+                bundle_sha256=hashlib.sha256(blob).hexdigest(),
+            )
+            with pytest.raises(InvalidRequestError, match=reason):
+                client.call("launch_job", request)
+
+
 def test_launch_job_bundle_that_is_not_a_zip_is_refused(controller_url: str) -> None:
     blob = b"not a zip at all"
     request = pb.LaunchJobRequest(

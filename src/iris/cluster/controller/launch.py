@@ -2,7 +2,8 @@
 
 `validate_launch_request` checks a request and fills in what the controller decides for the user
 (TPU replicas and gang, bundle digest, preemption retries); `job_id_for` names the job;
-`inherit_from_parent` gives a child its parent's code and placement. No store, no network.
+`inherit_from_parent` gives a child its parent's code and placement; `AcceptedBundles` remembers
+which bundles already passed the unpacking checks. No store, no network.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections import OrderedDict
 
 from iris.cluster.types import (
     ATTR_TPU_NAME,
@@ -72,6 +74,30 @@ def check_bundle(request: pb.LaunchJobRequest, max_bundle_bytes: int) -> None:
             f"bundle digest mismatch: the request says {request.bundle_sha256} but the bytes hash to {digest}"
         )
     request.bundle_sha256 = digest
+
+
+class AcceptedBundles:
+    """Digests of the bundles that lately passed `check_bundle_blob`, most recent last.
+
+    Every job submitted from one workspace carries the same bundle. `check_bundle` has verified
+    that a request's digest is its bytes' SHA-256, so a digest seen here is the same bytes, and
+    unzipping them again (off the event loop, a thread hop per job) can be skipped."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._digests: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, digest: str) -> bool:
+        if digest not in self._digests:
+            return False
+        self._digests.move_to_end(digest)
+        return True
+
+    def add(self, digest: str) -> None:
+        self._digests[digest] = None
+        self._digests.move_to_end(digest)
+        if len(self._digests) > self._capacity:
+            self._digests.popitem(last=False)
 
 
 def shape_tpu_job(request: pb.LaunchJobRequest) -> None:

@@ -26,7 +26,7 @@ from iris.cluster.controller import render
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.controller import Controller
 from iris.cluster.controller.existing_jobs import JobNameTakenError
-from iris.cluster.controller.launch import validate_launch_request
+from iris.cluster.controller.launch import AcceptedBundles, validate_launch_request
 from iris.cluster.controller.store import JobExistsError, NotFoundError
 from iris.cluster.controller.store_reads import JOB_ORDER_KEYS, JobFilters, job_order_key, job_order_key_types
 from iris.cluster.limits import (
@@ -104,6 +104,7 @@ class ControllerServiceImpl:
         self._limits = limits
         self._store = controller.store
         self._platform = platform
+        self._accepted_bundles = AcceptedBundles()
 
     def _autoscaler(self) -> Autoscaler:
         if self._controller.autoscaler is None:
@@ -129,12 +130,13 @@ class ControllerServiceImpl:
         validate_launch_request(request, self._limits.max_bundle_bytes)
         if request.parent_job_id:
             self._check_job_access("add a child job to", normalize_job_id(request.parent_job_id))
-        if request.bundle_blob:
+        if request.bundle_blob and request.bundle_sha256 not in self._accepted_bundles:
             # Refused here, before it is stored, rather than on every worker that would unpack it.
             limits = self._limits
             await asyncio.to_thread(
                 check_bundle_blob, request.bundle_blob, limits.max_bundle_entries, limits.max_bundle_unpacked_bytes
             )
+            self._accepted_bundles.add(request.bundle_sha256)
         identity = caller()
         job_id = await self._controller.launch_job(request, identity.user if identity else "")
         return pb.LaunchJobResponse(job_id=job_id)
