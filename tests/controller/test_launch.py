@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from iris.cluster.controller.launch import (
-    AcceptedBundles,
     DEFAULT_MAX_RETRIES_PREEMPTION,
+    AcceptedBundles,
     inherit_from_parent,
     job_id_for,
     validate_launch_request,
