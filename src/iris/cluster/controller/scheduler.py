@@ -94,6 +94,7 @@ class _Class:
     by_total: dict[Resources, list[WorkerCapacity]]
     # Round-robin placement: members emptiest first, and where the next search starts.
     eligible: list[WorkerCapacity] | None = None
+    eligible_rooms: list[list[int]] | None = None  # each eligible worker's free cpu, memory, disk
     cursor: int = 0
     # Resource needs that found no room: capacity only shrinks in a pass, so a need at least as
     # large in every dimension cannot fit either.
@@ -357,34 +358,75 @@ def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _
 # ---------------------------------------------------------------- placement
 
 
-def _place_single(task: TaskDemand, task_class: _Class, state: _Pass) -> WorkerCapacity | None:
-    """The next worker with room now, round-robin over the workers whose device and attributes
-    suit the task.
+def _place_run(
+    run: list[TaskDemand], task_class: _Class, state: _Pass, assignments: list[tuple[str, str]]
+) -> int:
+    """Place the run's tasks in order, each on the next worker with room now, round-robin over the
+    workers whose device and attributes suit them; returns how many were placed (the rest found
+    no room, and capacity only shrinks, so none after the first failure could be placed either).
 
     Round-robin spreads load evenly, and one cursor per (device, constraints) class makes a
     placement cost a few checks instead of a scan of every worker, which matters with thousands of
     each. Room now (free >= need) implies the worker is large enough, so no size filter is needed.
     """
+    task = run[0]
     if not task_class.could_fit(task):
-        return None
+        return 0
     eligible = task_class.eligible
     if eligible is None:
         # Emptiest first, so the first placements of a pass go where there is most room.
         eligible = task_class.eligible = sorted(task_class.members, key=lambda w: -state.free[w.worker_id][0])
+    if task.device is not None:
+        return _place_run_with_device(run, task_class, eligible, state, assignments)
+    rooms = task_class.eligible_rooms
+    if rooms is None:
+        rooms = task_class.eligible_rooms = [state.free[w.worker_id] for w in eligible]
     count = len(eligible)
-    start = task_class.cursor
-    # The cpu, memory and disk test of `fits_now` inline: this loop runs for every placement.
+    position = task_class.cursor
     cpu, memory, disk = task.resources.cpu_millicores, task.resources.memory_bytes, task.resources.disk_bytes
-    free = state.free
-    for offset in range(count):
-        worker = eligible[(start + offset) % count]
-        room = free[worker.worker_id]
+    placed = misses = 0
+    wanted = len(run)
+    # One task's search ends after `count` workers without room: then the rest fail too.
+    while placed < wanted and misses < count:
+        room = rooms[position]
+        worker = eligible[position]
+        position += 1
+        if position == count:
+            position = 0
         if cpu > room[0] or memory > room[1] or disk > room[2]:
+            misses += 1
             continue
-        if task.device is None or state.fits_now(task, worker):
-            task_class.cursor = (start + offset + 1) % count
-            return worker
-    return None
+        room[0] -= cpu
+        room[1] -= memory
+        room[2] -= disk
+        assignments.append((run[placed].task_id, worker.worker_id))
+        placed += 1
+        misses = 0
+    task_class.cursor = position
+    return placed
+
+
+def _place_run_with_device(
+    run: list[TaskDemand],
+    task_class: _Class,
+    eligible: list[WorkerCapacity],
+    state: _Pass,
+    assignments: list[tuple[str, str]],
+) -> int:
+    """`_place_run` for tasks that also need chips, whose count can depend on the worker."""
+    count = len(eligible)
+    for placed, task in enumerate(run):
+        start = task_class.cursor
+        for offset in range(count):
+            worker = eligible[(start + offset) % count]
+            if state.fits_now(task, worker):
+                task_class.cursor = (start + offset + 1) % count
+                state.take(task, worker)
+                assignments.append((task.task_id, worker.worker_id))
+                break
+        else:
+            return placed
+    return len(run)
 
 
 def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | None:
@@ -418,18 +460,27 @@ def _worker_order(worker: WorkerCapacity) -> tuple:
 
 
 def _units(tasks: Iterable[TaskDemand]) -> list[list[TaskDemand]]:
-    """Tasks grouped into scheduling units, in order of first appearance: a gang is one unit."""
+    """Tasks grouped into scheduling units, in order of first appearance: a gang is one unit, and
+    so is a run of consecutive single tasks that share their shape's objects (the tasks of one job,
+    as the store lists them), which the pass then places as a batch."""
     units: list[list[TaskDemand]] = []
     gangs: dict[str, list[TaskDemand]] = {}
+    run: list[TaskDemand] = []
+    resources = device = constraints = None
     for task in tasks:
         if task.gang_group_by:
             gang = gangs.get(task.job_id)
             if gang is None:
                 gang = gangs[task.job_id] = []
                 units.append(gang)
+                run = []
             gang.append(task)
+        elif run and task.resources is resources and task.constraints is constraints and task.device is device:
+            run.append(task)
         else:
-            units.append([task])
+            run = [task]
+            units.append(run)
+            resources, device, constraints = task.resources, task.device, task.constraints
     return units
 
 
@@ -442,48 +493,60 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
     pending: dict[str, str] = {}
     unfit_shapes: dict[tuple, str] = {}
     unfit_gangs: dict[tuple, tuple[int, str]] = {}
-    last_failed: tuple = (None, None, None, None)
     for unit in _units(tasks):
         if unit[0].gang_group_by:
-            # Like single tasks: a gang that found no room rules out every later gang of the same
-            # shape that is at least as large.
-            gang_key = (unit[0].shape(), unit[0].gang_group_by)
-            failed = unfit_gangs.get(gang_key)
-            members = None if failed and len(unit) >= failed[0] else _place_gang(unit, state)
-            if members is None:
-                if failed and len(unit) == failed[0]:
-                    reason = failed[1]
-                else:
-                    reason = _gang_reason(unit, workers, state)
-                    if not failed or len(unit) < failed[0]:
-                        unfit_gangs[gang_key] = (len(unit), reason)
-                pending.update((t.task_id, reason) for t in unit)
-                continue
-            for task, worker in zip(unit, members, strict=False):
-                state.take(task, worker)
-                assignments.append((task.task_id, worker.worker_id))
-            continue
-        task = unit[0]
-        task_class = state.task_class(task)
-        # A shape that failed put its resources in its class's failures: a class without any
-        # spares the lookup, and consecutive tasks of one job share the shape's objects.
-        if task_class.failed:
-            same_objects = task.resources is last_failed[0] and task.constraints is last_failed[1]
-            if same_objects and task.device is last_failed[2]:
-                reason = last_failed[3]
-            else:
-                reason = unfit_shapes.get(task.shape())
-            if reason is not None:
-                last_failed = (task.resources, task.constraints, task.device, reason)
-                pending[task.task_id] = reason
-                continue
-        worker = None if task_class.dominated(task.resources) else _place_single(task, task_class, state)
-        if worker is None:
-            task_class.failed.append(task.resources)
-            reason = _unplaceable_reason(task, workers, state)
-            unfit_shapes[task.shape()] = reason
-            pending[task.task_id] = reason
-            continue
+            _schedule_gang(unit, state, unfit_gangs, assignments, pending)
+        else:
+            _schedule_run(unit, state, unfit_shapes, assignments, pending)
+    return SchedulingResult(assignments, pending)
+
+
+def _schedule_gang(
+    gang: list[TaskDemand],
+    state: _Pass,
+    unfit_gangs: dict[tuple, tuple[int, str]],
+    assignments: list[tuple[str, str]],
+    pending: dict[str, str],
+) -> None:
+    # Like single tasks: a gang that found no room rules out every later gang of the same shape
+    # that is at least as large.
+    gang_key = (gang[0].shape(), gang[0].gang_group_by)
+    failed = unfit_gangs.get(gang_key)
+    members = None if failed and len(gang) >= failed[0] else _place_gang(gang, state)
+    if members is None:
+        if failed and len(gang) == failed[0]:
+            reason = failed[1]
+        else:
+            reason = _gang_reason(gang, state.workers, state)
+            if not failed or len(gang) < failed[0]:
+                unfit_gangs[gang_key] = (len(gang), reason)
+        pending.update((t.task_id, reason) for t in gang)
+        return
+    for task, worker in zip(gang, members, strict=False):
         state.take(task, worker)
         assignments.append((task.task_id, worker.worker_id))
-    return SchedulingResult(assignments, pending)
+
+
+def _schedule_run(
+    run: list[TaskDemand],
+    state: _Pass,
+    unfit_shapes: dict[tuple, str],
+    assignments: list[tuple[str, str]],
+    pending: dict[str, str],
+) -> None:
+    """Single tasks of one shape, in order: each as if placed alone, but the class lookup, the
+    checks against earlier failures and the search's setup are done once for the run."""
+    task = run[0]
+    task_class = state.task_class(task)
+    # A shape that failed put its resources in its class's failures: a class without any spares
+    # the lookup of the shape.
+    reason = unfit_shapes.get(task.shape()) if task_class.failed else None
+    if reason is None:
+        placed = 0 if task_class.dominated(task.resources) else _place_run(run, task_class, state, assignments)
+        if placed == len(run):
+            return
+        task_class.failed.append(task.resources)
+        reason = _unplaceable_reason(task, state.workers, state)
+        unfit_shapes[task.shape()] = reason
+        run = run[placed:]
+    pending.update((t.task_id, reason) for t in run)
