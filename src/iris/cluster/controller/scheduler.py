@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import groupby
 
 from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import ATTR_TPU_WORKER_ID, AttributeValue, Constraint, ConstraintOp
@@ -82,16 +83,19 @@ def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
 @dataclass
 class _Class:
     """The workers whose device and attributes suit one (device, constraints) class of tasks, with
-    what makes a failed search and its reason cheap on a saturated cluster."""
+    what makes a failed search and its reason cheap on a saturated cluster. Anything that costs
+    a walk over the members is built on first use: a pass sees dozens of classes."""
 
-    members: list[WorkerCapacity]
     ids: frozenset[int]  # positions in the pass's worker list
     # Componentwise maxima of free resources and free chips when the class was first seen. Free
     # capacity only shrinks within a pass, so they stay upper bounds: a need above them fits nowhere.
     most_free: Resources
     most_device_free: int
-    # Members by total size: a reason counts the workers large enough for a need per distinct size.
-    by_total: dict[Resources, list[WorkerCapacity]]
+    # The members in position order (see `_Pass.members`).
+    members: list[WorkerCapacity] | None = None
+    # Members' positions per distinct total size: a reason counts the workers large enough for a
+    # need per size.
+    sizes: dict[Resources, frozenset[int]] | None = None
     # Round-robin placement: members emptiest first, and where the next search starts.
     eligible: list[WorkerCapacity] | None = None
     eligible_rooms: list[list[int]] | None = None  # each eligible worker's free cpu, memory, disk
@@ -102,8 +106,13 @@ class _Class:
     # Why no task of the class can run whatever its size ("" when some worker suits it): the
     # device and constraints alone decide it, so every failed shape of the class shares it.
     misfit: str | None = None
-    # Gang groups per (size buckets, group_by): distinct shapes of a class share a few buckets.
-    group_tallies: dict[tuple, Counter[str]] = field(default_factory=dict)
+    # Per gang `group_by`: the class's members that carry it, as positions grouped by its value.
+    gang_groups: dict[str, list[list[int]]] = field(default_factory=dict)
+    # Per (group_by, need, gang size): how many leading groups a gang search can skip, because they
+    # had no room for such a gang earlier in the pass and capacity only shrinks.
+    gang_resume: dict[tuple, int] = field(default_factory=dict)
+    # Per (group_by, sizes large enough): how many such members each group has, where not 0.
+    group_tallies: dict[tuple, list[int]] = field(default_factory=dict)
 
     def could_fit(self, task: TaskDemand) -> bool:
         """False when no member can have room for the task now (a cheap bound)."""
@@ -114,9 +123,6 @@ class _Class:
     def dominated(self, need: Resources) -> bool:
         return any(r.fits_in(need) for r in self.failed)
 
-    def large_enough(self, need: Resources) -> list[list[WorkerCapacity]]:
-        return [members for total, members in self.by_total.items() if need.fits_in(total)]
-
 
 class _Pass:
     """The mutable bookkeeping of one scheduling pass, plus per-pass indexes: which workers satisfy
@@ -126,13 +132,11 @@ class _Pass:
     def __init__(self, workers: list[WorkerCapacity]):
         self.workers = workers
         self.position = {w.worker_id: i for i, w in enumerate(workers)}
-        # Free cpu, memory and disk per worker, updated in place: a placement is then a few integer
-        # operations rather than a new frozen Resources.
-        self.free = {
-            w.worker_id: [w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes]
-            for w in workers
-        }
-        self.device_free = {w.worker_id: w.device_free for w in workers}
+        # Free cpu, memory and disk per position (and the same lists by worker id), updated in
+        # place: a placement is then a few integer operations rather than a new frozen Resources.
+        self.rooms = [[w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes] for w in workers]
+        self.free = {w.worker_id: room for w, room in zip(workers, self.rooms, strict=True)}
+        self.chips = [w.device_free for w in workers]  # free chips per position
         self._holds: dict[Constraint, frozenset[int]] = {}
         self._by_value: dict[str, tuple[dict[AttributeValue, list[int]], list[int]]] = {}
         self._with_device: dict[Device, frozenset[int]] = {}
@@ -140,8 +144,7 @@ class _Pass:
         # Consecutive tasks of one job share their device and constraints objects: an identity
         # check finds their class without hashing the key again.
         self._last_class: tuple[Device | None, tuple[Constraint, ...], _Class] | None = None
-        self._group_counts: dict[tuple[int, str], Counter[str]] = {}
-        self._groups: dict[str, list[tuple[str, list[WorkerCapacity]]]] = {}
+        self._group_order: dict[str, tuple[list[int], list[int]]] = {}
         self.all_ids = frozenset(range(len(workers)))
         # Workers by total size, so a class splits its members by size with a few set intersections.
         by_total: dict[Resources, set[int]] = {}
@@ -191,11 +194,6 @@ class _Pass:
             )
         return ids
 
-    def matching(self, task: TaskDemand) -> tuple[list[WorkerCapacity], frozenset[int]]:
-        """Workers whose device and attributes suit the task (resources not considered)."""
-        found = self.task_class(task)
-        return found.members, found.ids
-
     def task_class(self, task: TaskDemand) -> _Class:
         last = self._last_class
         if last is not None and last[0] is task.device and last[1] is task.constraints:
@@ -207,43 +205,64 @@ class _Pass:
             for constraint in task.constraints:
                 ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
             ids = self.all_ids if ids is None else ids
-            members = self.workers if ids is self.all_ids else [self.workers[i] for i in sorted(ids)]
-            by_total = {}
-            for total, sized in self._by_total.items():
-                chosen = sized & ids
-                if chosen:
-                    by_total[total] = [self.workers[i] for i in sorted(chosen)]
-            free = [self.free[w.worker_id] for w in members]
-            most_free = Resources(*(max(column, default=0) for column in zip(*free, strict=True)))
-            chips = max((self.device_free[w.worker_id] for w in members), default=0)
-            found = self._classes[key] = _Class(members, ids, most_free, chips, by_total)
+            rooms = [self.rooms[i] for i in ids]
+            most_free = Resources(*(max(column) for column in zip(*rooms))) if rooms else Resources()
+            chips = max([self.chips[i] for i in ids], default=0)
+            found = self._classes[key] = _Class(ids, most_free, chips)
         self._last_class = (task.device, task.constraints, found)
         return found
 
     def could_fit(self, task: TaskDemand) -> bool:
         return self.task_class(task).could_fit(task)
 
-    def group_counts(self, members: list[WorkerCapacity], group_by: str) -> Counter[str]:
-        """How many of `members` (a list the pass keeps) carry each value of `group_by`."""
-        key = (id(members), group_by)
-        counts = self._group_counts.get(key)
-        if counts is None:
-            counts = self._group_counts[key] = Counter(
-                str(w.attributes[group_by]) for w in members if group_by in w.attributes
+    def members(self, task_class: _Class) -> list[WorkerCapacity]:
+        if task_class.members is None:
+            ids = task_class.ids
+            task_class.members = (
+                self.workers if ids is self.all_ids else list(map(self.workers.__getitem__, sorted(ids)))
             )
-        return counts
+        return task_class.members
 
-    def groups(self, group_by: str) -> list[tuple[str, list[WorkerCapacity]]]:
-        groups = self._groups.get(group_by)
-        if groups is None:
-            by_value: dict[str, list[WorkerCapacity]] = {}
-            for w in self.workers:
+    def large_enough(self, task_class: _Class, need: Resources) -> list[tuple[Resources, frozenset[int]]]:
+        """The class's members whose total size can hold `need`, per distinct size."""
+        sizes = task_class.sizes
+        if sizes is None:
+            ids = task_class.ids
+            sizes = task_class.sizes = {total: chosen for total, sized in self._by_total.items() if (chosen := sized & ids)}
+        return [(total, chosen) for total, chosen in sizes.items() if need.fits_in(total)]
+
+    def group_order(self, group_by: str) -> tuple[list[int], list[int]]:
+        """Per worker position: its group (groups numbered in order of their `group_by` value as
+        text, -1 without one) and its rank in the order groups are searched in (group, then host
+        index within the slice, then id)."""
+        found = self._group_order.get(group_by)
+        if found is None:
+            by_value: dict[str, list[int]] = {}
+            for i, w in enumerate(self.workers):
                 if group_by in w.attributes:
-                    by_value.setdefault(str(w.attributes[group_by]), []).append(w)
-            groups = self._groups[group_by] = [
-                (value, sorted(by_value[value], key=_worker_order)) for value in sorted(by_value)
+                    by_value.setdefault(str(w.attributes[group_by]), []).append(i)
+            group_of = [-1] * len(self.workers)
+            rank = [-1] * len(self.workers)
+            ranked = 0
+            for number, value in enumerate(sorted(by_value)):
+                for i in sorted(by_value[value], key=lambda i: _worker_order(self.workers[i])):
+                    group_of[i] = number
+                    rank[i] = ranked
+                    ranked += 1
+            found = self._group_order[group_by] = (group_of, rank)
+        return found
+
+    def class_groups(self, task_class: _Class, group_by: str) -> list[list[int]]:
+        """The groups of workers sharing a value of `group_by`, in search order, cut down to the
+        class's members: each a list of worker positions."""
+        found = task_class.gang_groups.get(group_by)
+        if found is None:
+            group_of, rank = self.group_order(group_by)
+            ordered = sorted(task_class.ids, key=rank.__getitem__)
+            found = task_class.gang_groups[group_by] = [
+                list(positions) for number, positions in groupby(ordered, key=group_of.__getitem__) if number >= 0
             ]
-        return groups
+        return found
 
     def fits_now(self, task: TaskDemand, worker: WorkerCapacity) -> bool:
         need = task.resources
@@ -252,7 +271,7 @@ class _Pass:
             need.cpu_millicores <= free[0]
             and need.memory_bytes <= free[1]
             and need.disk_bytes <= free[2]
-            and (task.device is None or _device_need(task, worker) <= self.device_free[worker.worker_id])
+            and (task.device is None or _device_need(task, worker) <= self.chips[self.position[worker.worker_id]])
         )
 
     def take(self, task: TaskDemand, worker: WorkerCapacity) -> None:
@@ -261,25 +280,24 @@ class _Pass:
         free[1] -= task.resources.memory_bytes
         free[2] -= task.resources.disk_bytes
         if task.device is not None:
-            self.device_free[worker.worker_id] -= _device_need(task, worker)
+            self.chips[self.position[worker.worker_id]] -= _device_need(task, worker)
 
 
 # ---------------------------------------------------------------- reasons
 
 
-def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
-    if not workers:
+def _unplaceable_reason(task: TaskDemand, state: _Pass) -> str:
+    if not state.workers:
         return "no healthy workers are registered; start workers or wait for the autoscaler"
     task_class = state.task_class(task)
     if task_class.misfit is None:
-        task_class.misfit = _class_misfit(task, workers, state)
+        task_class.misfit = _class_misfit(task, state)
     if task_class.misfit:
         return task_class.misfit
     need = task.resources
-    candidates = task_class.members
-    able = sum(len(members) for members in task_class.large_enough(need))
+    able = sum(len(chosen) for _, chosen in state.large_enough(task_class, need))
     if not able:
-        largest = max(candidates, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
+        largest = max(state.members(task_class), key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
         lacking = ", ".join(_shortfall(need, largest.total))
         return (
             f"no worker is large enough: the task needs {need.describe()} but the largest worker "
@@ -289,21 +307,20 @@ def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: 
     return f"waiting for capacity: the {able} worker(s) that could run it ({what}{need.describe()}) are busy"
 
 
-def _class_misfit(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
+def _class_misfit(task: TaskDemand, state: _Pass) -> str:
     """Why no worker suits the task's device and constraints, or "" when some worker does."""
     if task.device is not None:
-        capable, ids = state.matching(TaskDemand("", "", task.resources, task.device))
-        if not capable:
-            offered = Counter(w.device.describe() for w in workers if w.device is not None)
+        ids = state.task_class(TaskDemand("", "", task.resources, task.device)).ids
+        if not ids:
+            offered = Counter(w.device.describe() for w in state.workers if w.device is not None)
             others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
             return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
-        workers = capable
     else:
         ids = state.all_ids
     for constraint in task.constraints:
         if not (state.holding(constraint) & ids):
-            return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
-    if not state.task_class(task).members:
+            return f"no worker satisfies constraint {constraint.describe()} ({len(ids)} worker(s) checked)"
+    if not state.task_class(task).ids:
         return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
     return ""
 
@@ -319,40 +336,46 @@ def _shortfall(need: Resources, have: Resources) -> list[str]:
     return missing
 
 
-def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _Pass) -> str:
+def _gang_reason(gang: list[TaskDemand], state: _Pass) -> str:
     task = gang[0]
     group_by = task.gang_group_by
     size = len(gang)
     task_class = state.task_class(task)
-    buckets = task_class.large_enough(task.resources)
-    if not buckets:
-        return f"gang of {size}: " + _unplaceable_reason(task, workers, state)
-    tally_key = (tuple(id(members) for members in buckets), group_by)
-    groups = task_class.group_tallies.get(tally_key)
-    if groups is None:
-        groups = task_class.group_tallies[tally_key] = Counter()
-        for members in buckets:
-            groups.update(state.group_counts(members, group_by))
+    sized = state.large_enough(task_class, task.resources)
+    if not sized:
+        return f"gang of {size}: " + _unplaceable_reason(task, state)
+    groups = _group_tally(task_class, sized, group_by, state)
     if not groups:
-        able = sum(len(members) for members in buckets)
+        able = sum(len(chosen) for _, chosen in sized)
         return f"gang of {size} needs workers with attribute '{group_by}'; none of the {able} suitable worker(s) have it"
-    biggest = max(groups.values())
+    biggest = max(groups)
     if biggest < size:
         return (
             f"gang of {size} needs {size} workers sharing one '{group_by}'; the largest group of suitable "
             f"workers has {biggest} ({len(groups)} group(s))"
         )
-    free_groups = Counter(
-        str(w.attributes[group_by])
-        for members in (buckets if state.could_fit(task) else ())
-        for w in members
-        if group_by in w.attributes and state.fits_now(task, w)
-    )
-    best_free = max(free_groups.values(), default=0)
+    best_free = 0
+    if state.could_fit(task):
+        for positions in state.class_groups(task_class, group_by):
+            best_free = max(best_free, sum(1 for i in positions if _has_room(task, i, state)))
     return (
         f"waiting for capacity: gang of {size} needs {size} free workers sharing one '{group_by}'; "
         f"at most {best_free} are free in any group"
     )
+
+
+def _group_tally(
+    task_class: _Class, sized: list[tuple[Resources, frozenset[int]]], group_by: str, state: _Pass
+) -> list[int]:
+    """How many workers large enough for a need each group of the class has, where not 0. Needs
+    of a class share a few sets of large enough sizes, so the tally is kept per set."""
+    key = (group_by, tuple(total for total, _ in sized))
+    tally = task_class.group_tallies.get(key)
+    if tally is None:
+        able = frozenset().union(*(chosen for _, chosen in sized))
+        counts = (len(able.intersection(positions)) for positions in state.class_groups(task_class, group_by))
+        tally = task_class.group_tallies[key] = [count for count in counts if count]
+    return tally
 
 
 # ---------------------------------------------------------------- placement
@@ -375,7 +398,7 @@ def _place_run(
     eligible = task_class.eligible
     if eligible is None:
         # Emptiest first, so the first placements of a pass go where there is most room.
-        eligible = task_class.eligible = sorted(task_class.members, key=lambda w: -state.free[w.worker_id][0])
+        eligible = task_class.eligible = sorted(state.members(task_class), key=lambda w: -state.free[w.worker_id][0])
     if task.device is not None:
         return _place_run_with_device(run, task_class, eligible, state, assignments)
     rooms = task_class.eligible_rooms
@@ -433,25 +456,49 @@ def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | 
     """Distinct workers sharing one group value, one per task, or None. Within a group, workers are
     taken in id order so task i tends to land on the i-th host of a slice."""
     task, size = gang[0], len(gang)
-    if not state.could_fit(task):
+    task_class = state.task_class(task)
+    if not task_class.could_fit(task):
         return None
-    _, suitable = state.matching(task)
-    need = task.resources
-    cpu, memory, disk = need.cpu_millicores, need.memory_bytes, need.disk_bytes
-    free, position = state.free, state.position
-    for _, members in state.groups(task.gang_group_by):
-        if len(members) < size:
+    group_by = task.gang_group_by
+    groups = state.class_groups(task_class, group_by)
+    resume_key = (group_by, task.resources, size)
+    first = task_class.gang_resume.get(resume_key, 0)
+    for number in range(first, len(groups)):
+        positions = groups[number]
+        if len(positions) < size:
             continue
-        chosen = []
-        for w in members:
-            room = free[w.worker_id]  # the resource test of `fits_now` first, inline: it rules out most
-            if cpu > room[0] or memory > room[1] or disk > room[2] or position[w.worker_id] not in suitable:
-                continue
-            if need.fits_in(w.total) and (task.device is None or state.fits_now(task, w)):
-                chosen.append(w)
-                if len(chosen) == size:
-                    return chosen
+        chosen = _gang_in_group(task, size, positions, state)
+        if chosen is not None:
+            task_class.gang_resume[resume_key] = number
+            return [state.workers[i] for i in chosen]
+    task_class.gang_resume[resume_key] = len(groups)
     return None
+
+
+def _gang_in_group(task: TaskDemand, size: int, positions: list[int], state: _Pass) -> list[int] | None:
+    """The first `size` workers of one group with room for the task now, or None."""
+    chosen = []
+    # The group is done with once too few of its workers are left to make up the gang.
+    spare = len(positions) - size
+    for i in positions:
+        if _has_room(task, i, state):
+            chosen.append(i)
+            if len(chosen) == size:
+                return chosen
+        else:
+            spare -= 1
+            if spare < 0:
+                return None
+    return None
+
+
+def _has_room(task: TaskDemand, position: int, state: _Pass) -> bool:
+    """Whether the worker at `position` can take the task now (and could at all)."""
+    need, room = task.resources, state.rooms[position]
+    if need.cpu_millicores > room[0] or need.memory_bytes > room[1] or need.disk_bytes > room[2]:
+        return False
+    worker = state.workers[position]
+    return need.fits_in(worker.total) and (task.device is None or state.fits_now(task, worker))
 
 
 def _worker_order(worker: WorkerCapacity) -> tuple:
@@ -517,7 +564,7 @@ def _schedule_gang(
         if failed and len(gang) == failed[0]:
             reason = failed[1]
         else:
-            reason = _gang_reason(gang, state.workers, state)
+            reason = _gang_reason(gang, state)
             if not failed or len(gang) < failed[0]:
                 unfit_gangs[gang_key] = (len(gang), reason)
         pending.update((t.task_id, reason) for t in gang)
@@ -546,7 +593,7 @@ def _schedule_run(
         if placed == len(run):
             return
         task_class.failed.append(task.resources)
-        reason = _unplaceable_reason(task, state.workers, state)
+        reason = _unplaceable_reason(task, state)
         unfit_shapes[task.shape()] = reason
         run = run[placed:]
     pending.update((t.task_id, reason) for t in run)
