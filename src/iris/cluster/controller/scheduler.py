@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import chain, groupby
 
 from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import ATTR_TPU_WORKER_ID, AttributeValue, Constraint, ConstraintOp
@@ -145,6 +145,7 @@ class _Pass:
         # check finds their class without hashing the key again.
         self._last_class: tuple[Device | None, tuple[Constraint, ...], _Class] | None = None
         self._group_order: dict[str, tuple[list[int], list[int]]] = {}
+        self._described: dict[tuple, str] = {}
         self.all_ids = frozenset(range(len(workers)))
         # Workers by total size, so a class splits its members by size with a few set intersections.
         by_total: dict[Resources, set[int]] = {}
@@ -206,7 +207,11 @@ class _Pass:
                 ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
             ids = self.all_ids if ids is None else ids
             rooms = [self.rooms[i] for i in ids]
-            most_free = Resources(*(max(column) for column in zip(*rooms))) if rooms else Resources()
+            most_free = (
+                Resources(max([r[0] for r in rooms]), max([r[1] for r in rooms]), max([r[2] for r in rooms]))
+                if rooms
+                else Resources()
+            )
             chips = max([self.chips[i] for i in ids], default=0)
             found = self._classes[key] = _Class(ids, most_free, chips)
         self._last_class = (task.device, task.constraints, found)
@@ -264,6 +269,15 @@ class _Pass:
             ]
         return found
 
+    def describe(self, task: TaskDemand) -> str:
+        """The task's device and resources in words; many failed shapes of a pass share them."""
+        key = (task.device, task.resources)
+        text = self._described.get(key)
+        if text is None:
+            what = task.device.describe() + ", " if task.device else ""
+            text = self._described[key] = what + task.resources.describe()
+        return text
+
     def fits_now(self, task: TaskDemand, worker: WorkerCapacity) -> bool:
         need = task.resources
         free = self.free[worker.worker_id]
@@ -303,8 +317,7 @@ def _unplaceable_reason(task: TaskDemand, state: _Pass) -> str:
             f"no worker is large enough: the task needs {need.describe()} but the largest worker "
             f"({largest.worker_id}) has {largest.total.describe()} (short of {lacking})"
         )
-    what = task.device.describe() + ", " if task.device else ""
-    return f"waiting for capacity: the {able} worker(s) that could run it ({what}{need.describe()}) are busy"
+    return f"waiting for capacity: the {able} worker(s) that could run it ({state.describe(task)}) are busy"
 
 
 def _class_misfit(task: TaskDemand, state: _Pass) -> str:
@@ -318,7 +331,7 @@ def _class_misfit(task: TaskDemand, state: _Pass) -> str:
     else:
         ids = state.all_ids
     for constraint in task.constraints:
-        if not (state.holding(constraint) & ids):
+        if state.holding(constraint).isdisjoint(ids):
             return f"no worker satisfies constraint {constraint.describe()} ({len(ids)} worker(s) checked)"
     if not state.task_class(task).ids:
         return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
@@ -355,9 +368,10 @@ def _gang_reason(gang: list[TaskDemand], state: _Pass) -> str:
             f"workers has {biggest} ({len(groups)} group(s))"
         )
     best_free = 0
-    if state.could_fit(task):
+    if task_class.could_fit(task):
         for positions in state.class_groups(task_class, group_by):
-            best_free = max(best_free, sum(1 for i in positions if _has_room(task, i, state)))
+            if len(positions) > best_free:
+                best_free = max(best_free, len(_with_room(task, positions, state)))
     return (
         f"waiting for capacity: gang of {size} needs {size} free workers sharing one '{group_by}'; "
         f"at most {best_free} are free in any group"
@@ -372,9 +386,10 @@ def _group_tally(
     key = (group_by, tuple(total for total, _ in sized))
     tally = task_class.group_tallies.get(key)
     if tally is None:
-        able = frozenset().union(*(chosen for _, chosen in sized))
-        counts = (len(able.intersection(positions)) for positions in state.class_groups(task_class, group_by))
-        tally = task_class.group_tallies[key] = [count for count in counts if count]
+        group_of = state.group_order(group_by)[0]
+        counts = Counter(map(group_of.__getitem__, chain.from_iterable(chosen for _, chosen in sized)))
+        counts.pop(-1, None)  # workers without the attribute
+        tally = task_class.group_tallies[key] = list(counts.values())
     return tally
 
 
@@ -477,28 +492,35 @@ def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | 
 
 def _gang_in_group(task: TaskDemand, size: int, positions: list[int], state: _Pass) -> list[int] | None:
     """The first `size` workers of one group with room for the task now, or None."""
+    chosen = _with_room(task, positions, state, size)
+    return chosen if len(chosen) == size else None
+
+
+def _with_room(task: TaskDemand, positions: list[int], state: _Pass, wanted: int = 0) -> list[int]:
+    """The workers among `positions` that can take the task now (and could at all), in order.
+    With `wanted`, only the first that many, and none once fewer than that are possible."""
+    need, rooms, workers = task.resources, state.rooms, state.workers
+    cpu, memory, disk = need.cpu_millicores, need.memory_bytes, need.disk_bytes
     chosen = []
-    # The group is done with once too few of its workers are left to make up the gang.
-    spare = len(positions) - size
+    # Without `wanted`, no miss ends the search.
+    spare = len(positions) - wanted if wanted else len(positions)
     for i in positions:
-        if _has_room(task, i, state):
+        room = rooms[i]
+        if (
+            cpu <= room[0]
+            and memory <= room[1]
+            and disk <= room[2]
+            and need.fits_in(workers[i].total)
+            and (task.device is None or state.fits_now(task, workers[i]))
+        ):
             chosen.append(i)
-            if len(chosen) == size:
-                return chosen
+            if len(chosen) == wanted:
+                break
         else:
             spare -= 1
             if spare < 0:
-                return None
-    return None
-
-
-def _has_room(task: TaskDemand, position: int, state: _Pass) -> bool:
-    """Whether the worker at `position` can take the task now (and could at all)."""
-    need, room = task.resources, state.rooms[position]
-    if need.cpu_millicores > room[0] or need.memory_bytes > room[1] or need.disk_bytes > room[2]:
-        return False
-    worker = state.workers[position]
-    return need.fits_in(worker.total) and (task.device is None or state.fits_now(task, worker))
+                break
+    return chosen
 
 
 def _worker_order(worker: WorkerCapacity) -> tuple:
@@ -596,4 +618,5 @@ def _schedule_run(
         reason = _unplaceable_reason(task, state)
         unfit_shapes[task.shape()] = reason
         run = run[placed:]
-    pending.update((t.task_id, reason) for t in run)
+    for t in run:
+        pending[t.task_id] = reason
