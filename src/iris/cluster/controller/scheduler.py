@@ -137,6 +137,10 @@ class _Pass:
         self.rooms = [[w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes] for w in workers]
         self.free = {w.worker_id: room for w, room in zip(workers, self.rooms, strict=True)}
         self.chips = [w.device_free for w in workers]  # free chips per position
+        self.placed = False  # whether any task was placed in this pass yet
+        # Per column of free capacity (cpu, memory, disk, chips): the column as reported, and the
+        # workers' positions largest first (see `_most_free`).
+        self._largest_first: list[tuple[list[int], list[int]]] | None = None
         self._holds: dict[Constraint, frozenset[int]] = {}
         self._by_value: dict[str, tuple[dict[AttributeValue, list[int]], list[int]]] = {}
         self._with_device: dict[Device, frozenset[int]] = {}
@@ -206,16 +210,30 @@ class _Pass:
             for constraint in task.constraints:
                 ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
             ids = self.all_ids if ids is None else ids
-            rooms = [self.rooms[i] for i in ids]
-            most_free = (
-                Resources(max([r[0] for r in rooms]), max([r[1] for r in rooms]), max([r[2] for r in rooms]))
-                if rooms
-                else Resources()
-            )
-            chips = max([self.chips[i] for i in ids], default=0)
-            found = self._classes[key] = _Class(ids, most_free, chips)
+            found = self._classes[key] = _Class(ids, *self._most_free(ids))
         self._last_class = (task.device, task.constraints, found)
         return found
+
+    def _most_free(self, ids: frozenset[int]) -> tuple[Resources, int]:
+        """The largest free cpu, memory, disk and chips among the workers at `ids`."""
+        if not ids:
+            return Resources(), 0
+        if self.placed or not self._classes:
+            rooms = [self.rooms[i] for i in ids]
+            cpu, memory, disk = (max([r[column] for r in rooms]) for column in range(3))
+            return Resources(cpu, memory, disk), max([self.chips[i] for i in ids])
+        # Nothing placed yet, and more than one class (all of a saturated cluster's pass): free
+        # capacity is still what the workers reported, so the largest of each among `ids` is the
+        # first of `ids` in a per-pass order of the workers by it, a few steps for any class.
+        if self._largest_first is None:
+            columns = [[room[column] for room in self.rooms] for column in range(3)] + [self.chips]
+            self._largest_first = [
+                (column, sorted(range(len(column)), key=column.__getitem__, reverse=True)) for column in columns
+            ]
+        cpu, memory, disk, chips = (
+            column[next(i for i in order if i in ids)] for column, order in self._largest_first
+        )
+        return Resources(cpu, memory, disk), chips
 
     def could_fit(self, task: TaskDemand) -> bool:
         return self.task_class(task).could_fit(task)
@@ -289,6 +307,7 @@ class _Pass:
         )
 
     def take(self, task: TaskDemand, worker: WorkerCapacity) -> None:
+        self.placed = True
         free = self.free[worker.worker_id]
         free[0] -= task.resources.cpu_millicores
         free[1] -= task.resources.memory_bytes
@@ -441,6 +460,8 @@ def _place_run(
         placed += 1
         misses = 0
     task_class.cursor = position
+    if placed:
+        state.placed = True
     return placed
 
 
