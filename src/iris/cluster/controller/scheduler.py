@@ -150,7 +150,9 @@ class _Pass:
         self._last_class: tuple[Device | None, tuple[Constraint, ...], _Class] | None = None
         self._group_order: dict[str, tuple[list[int], list[int]]] = {}
         self._described: dict[tuple, str] = {}
+        self._free_within_total: bool | None = None
         self.all_ids = frozenset(range(len(workers)))
+        self._positions = list(range(len(workers)))
         # Workers by total size, so a class splits its members by size with a few set intersections.
         by_total: dict[Resources, set[int]] = {}
         for i, w in enumerate(workers):
@@ -272,6 +274,8 @@ class _Pass:
                     group_of[i] = number
                     rank[i] = ranked
                     ranked += 1
+            if rank == self._positions:
+                rank = self._positions
             found = self._group_order[group_by] = (group_of, rank)
         return found
 
@@ -281,11 +285,19 @@ class _Pass:
         found = task_class.gang_groups.get(group_by)
         if found is None:
             group_of, rank = self.group_order(group_by)
-            ordered = sorted(task_class.ids, key=rank.__getitem__)
+            # Workers listed slice by slice, host by host (as a cluster registers them) are already
+            # in search order, which spares the sort its key.
+            ordered = sorted(task_class.ids, key=None if rank is self._positions else rank.__getitem__)
             found = task_class.gang_groups[group_by] = [
                 list(positions) for number, positions in groupby(ordered, key=group_of.__getitem__) if number >= 0
             ]
         return found
+
+    def free_within_total(self) -> bool:
+        """Whether every worker's free capacity is within its total size (as workers report it)."""
+        if self._free_within_total is None:
+            self._free_within_total = all(w.available.fits_in(w.total) for w in self.workers)
+        return self._free_within_total
 
     def describe(self, task: TaskDemand) -> str:
         """The task's device and resources in words; many failed shapes of a pass share them."""
@@ -431,13 +443,15 @@ def _place_run(
         return 0
     eligible = task_class.eligible
     if eligible is None:
-        # Emptiest first, so the first placements of a pass go where there is most room.
-        eligible = task_class.eligible = sorted(state.members(task_class), key=lambda w: -state.free[w.worker_id][0])
+        # Emptiest first (a stable sort of the members by free cpu), so the first placements of a
+        # pass go where there is most room.
+        free_cpu = {i: state.rooms[i][0] for i in task_class.ids}
+        positions = sorted(sorted(free_cpu), key=free_cpu.__getitem__, reverse=True)
+        eligible = task_class.eligible = [state.workers[i] for i in positions]
+        task_class.eligible_rooms = [state.rooms[i] for i in positions]
     if task.device is not None:
         return _place_run_with_device(run, task_class, eligible, state, assignments)
     rooms = task_class.eligible_rooms
-    if rooms is None:
-        rooms = task_class.eligible_rooms = [state.free[w.worker_id] for w in eligible]
     count = len(eligible)
     position = task_class.cursor
     cpu, memory, disk = task.resources.cpu_millicores, task.resources.memory_bytes, task.resources.disk_bytes
@@ -522,6 +536,9 @@ def _with_room(task: TaskDemand, positions: list[int], state: _Pass, wanted: int
     With `wanted`, only the first that many, and none once fewer than that are possible."""
     need, rooms, workers = task.resources, state.rooms, state.workers
     cpu, memory, disk = need.cpu_millicores, need.memory_bytes, need.disk_bytes
+    # Room for the need implies a total that holds it, unless a worker reported more free than
+    # its size.
+    check_total = not state.free_within_total()
     chosen = []
     # Without `wanted`, no miss ends the search.
     spare = len(positions) - wanted if wanted else len(positions)
@@ -531,7 +548,7 @@ def _with_room(task: TaskDemand, positions: list[int], state: _Pass, wanted: int
             cpu <= room[0]
             and memory <= room[1]
             and disk <= room[2]
-            and need.fits_in(workers[i].total)
+            and (not check_total or need.fits_in(workers[i].total))
             and (task.device is None or state.fits_now(task, workers[i]))
         ):
             chosen.append(i)
