@@ -401,8 +401,9 @@ def _gang_reason(gang: list[TaskDemand], state: _Pass) -> str:
     best_free = 0
     if task_class.could_fit(task):
         for positions in state.class_groups(task_class, group_by):
-            if len(positions) > best_free:
-                best_free = max(best_free, len(_with_room(task, positions, state)))
+            # Most groups cannot beat the best so far, which the search tells after a few misses.
+            if len(positions) > best_free and len(_with_room(task, positions, state, best_free + 1)) > best_free:
+                best_free = len(_with_room(task, positions, state))
     return (
         f"waiting for capacity: gang of {size} needs {size} free workers sharing one '{group_by}'; "
         f"at most {best_free} are free in any group"
