@@ -249,12 +249,12 @@ def digest(result: SchedulingResult) -> str:
     return hasher.hexdigest()[:16]
 
 
-def digests(seeds: list[int]) -> list[str]:
+def digests(seeds: list[int], task_count: int = TASKS, worker_count: int = WORKERS) -> list[str]:
     """One line per seed and scenario: the result's digest and how many tasks it placed."""
     lines = []
     for seed in seeds:
         for scenario in ("mixed", "full"):
-            m, _, _ = measure(scenario, 1, seed)
+            m, _, _ = measure(scenario, 1, seed, task_count, worker_count)
             lines.append(f"seed {seed} {scenario}: {digest(m.result)} ({len(m.result.assignments):,} placed)")
     return lines
 

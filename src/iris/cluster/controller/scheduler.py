@@ -134,7 +134,9 @@ class _Pass:
         self.position = {w.worker_id: i for i, w in enumerate(workers)}
         # Free cpu, memory and disk per position (and the same lists by worker id), updated in
         # place: a placement is then a few integer operations rather than a new frozen Resources.
-        self.rooms = [[w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes] for w in workers]
+        self.rooms = [
+            [w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes] for w in workers
+        ]
         self.free = {w.worker_id: room for w, room in zip(workers, self.rooms, strict=True)}
         self.chips = [w.device_free for w in workers]  # free chips per position
         self.placed = False  # whether any task was placed in this pass yet
@@ -230,7 +232,8 @@ class _Pass:
         if self._largest_first is None:
             columns = [[room[column] for room in self.rooms] for column in range(3)] + [self.chips]
             self._largest_first = [
-                (column, sorted(range(len(column)), key=column.__getitem__, reverse=True)) for column in columns
+                (column, sorted(range(len(column)), key=column.__getitem__, reverse=True))
+                for column in columns
             ]
         cpu, memory, disk, chips = (
             column[next(i for i in order if i in ids)] for column, order in self._largest_first
@@ -253,7 +256,9 @@ class _Pass:
         sizes = task_class.sizes
         if sizes is None:
             ids = task_class.ids
-            sizes = task_class.sizes = {total: chosen for total, sized in self._by_total.items() if (chosen := sized & ids)}
+            sizes = task_class.sizes = {
+                total: chosen for total, sized in self._by_total.items() if (chosen := sized & ids)
+            }
         return [(total, chosen) for total, chosen in sizes.items() if need.fits_in(total)]
 
     def group_order(self, group_by: str) -> tuple[list[int], list[int]]:
@@ -289,7 +294,9 @@ class _Pass:
             # in search order, which spares the sort its key.
             ordered = sorted(task_class.ids, key=None if rank is self._positions else rank.__getitem__)
             found = task_class.gang_groups[group_by] = [
-                list(positions) for number, positions in groupby(ordered, key=group_of.__getitem__) if number >= 0
+                list(positions)
+                for number, positions in groupby(ordered, key=group_of.__getitem__)
+                if number >= 0
             ]
         return found
 
@@ -315,7 +322,10 @@ class _Pass:
             need.cpu_millicores <= free[0]
             and need.memory_bytes <= free[1]
             and need.disk_bytes <= free[2]
-            and (task.device is None or _device_need(task, worker) <= self.chips[self.position[worker.worker_id]])
+            and (
+                task.device is None
+                or _device_need(task, worker) <= self.chips[self.position[worker.worker_id]]
+            )
         )
 
     def take(self, task: TaskDemand, worker: WorkerCapacity) -> None:
@@ -358,7 +368,9 @@ def _class_misfit(task: TaskDemand, state: _Pass) -> str:
         if not ids:
             offered = Counter(w.device.describe() for w in state.workers if w.device is not None)
             others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
-            return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
+            return f"no worker has {task.device.describe()}" + (
+                f" (workers have: {others})" if others else ""
+            )
     else:
         ids = state.all_ids
     for constraint in task.constraints:
@@ -402,7 +414,10 @@ def _gang_reason(gang: list[TaskDemand], state: _Pass) -> str:
     if task_class.could_fit(task):
         for positions in state.class_groups(task_class, group_by):
             # Most groups cannot beat the best so far, which the search tells after a few misses.
-            if len(positions) > best_free and len(_with_room(task, positions, state, best_free + 1)) > best_free:
+            if (
+                len(positions) > best_free
+                and len(_with_room(task, positions, state, best_free + 1)) > best_free
+            ):
                 best_free = len(_with_room(task, positions, state))
     return (
         f"waiting for capacity: gang of {size} needs {size} free workers sharing one '{group_by}'; "
@@ -583,7 +598,9 @@ def _units(tasks: Iterable[TaskDemand]) -> list[list[TaskDemand]]:
                 units.append(gang)
                 run = []
             gang.append(task)
-        elif run and task.resources is resources and task.constraints is constraints and task.device is device:
+        elif (
+            run and task.resources is resources and task.constraints is constraints and task.device is device
+        ):
             run.append(task)
         else:
             run = [task]
@@ -650,7 +667,9 @@ def _schedule_run(
     # the lookup of the shape.
     reason = unfit_shapes.get(task.shape()) if task_class.failed else None
     if reason is None:
-        placed = 0 if task_class.dominated(task.resources) else _place_run(run, task_class, state, assignments)
+        placed = (
+            0 if task_class.dominated(task.resources) else _place_run(run, task_class, state, assignments)
+        )
         if placed == len(run):
             return
         task_class.failed.append(task.resources)
