@@ -240,9 +240,6 @@ class _Pass:
         )
         return Resources(cpu, memory, disk), chips
 
-    def could_fit(self, task: TaskDemand) -> bool:
-        return self.task_class(task).could_fit(task)
-
     def members(self, task_class: _Class) -> list[WorkerCapacity]:
         if task_class.members is None:
             ids = task_class.ids
