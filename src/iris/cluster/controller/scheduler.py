@@ -83,8 +83,9 @@ def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
 @dataclass
 class _Class:
     """The workers whose device and attributes suit one (device, constraints) class of tasks, with
-    what makes a failed search and its reason cheap on a saturated cluster. Anything that costs
-    a walk over the members is built on first use: a pass sees dozens of classes."""
+    what makes a failed search and its reason cheap on a saturated cluster. Beyond the bound of
+    free capacity, what costs a walk over the members is built on first use: a pass sees dozens
+    of classes."""
 
     ids: frozenset[int]  # positions in the pass's worker list
     # Componentwise maxima of free resources and free chips when the class was first seen. Free
