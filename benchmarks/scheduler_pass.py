@@ -1,6 +1,6 @@
 """One scheduling pass (`find_assignments`) over 10,000 pending tasks and 1,000 workers.
 
-Run: uv run python -m benchmarks.scheduler_pass [--repeat N] [--seed S] [--profile]
+Run: uv run python -m benchmarks.scheduler_pass [--repeat N] [--seed S] [--profile] [--digest SEED ...]
 
 Workers are the hosts of TPU slices of 4, 8 and 16 hosts (attributes tpu-name, tpu-worker-id,
 zone, cpu-gen, preemptible; one TPU device of 4 chips each). Tasks come from jobs, as the store
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import hashlib
 import io
 import pstats
 import random
@@ -237,6 +238,27 @@ def verdict(m: Measurement) -> str:
     )
 
 
+def digest(result: SchedulingResult) -> str:
+    """A hash of a pass's whole result, in its order: a change meant only to make the pass faster
+    must leave it unchanged for every seed and scenario."""
+    hasher = hashlib.sha256()
+    for task_id, worker_id in result.assignments:
+        hasher.update(f"A {task_id} {worker_id}\n".encode())
+    for task_id, reason in result.pending_reasons.items():
+        hasher.update(f"P {task_id} {reason}\n".encode())
+    return hasher.hexdigest()[:16]
+
+
+def digests(seeds: list[int], task_count: int = TASKS, worker_count: int = WORKERS) -> list[str]:
+    """One line per seed and scenario: the result's digest and how many tasks it placed."""
+    lines = []
+    for seed in seeds:
+        for scenario in ("mixed", "full"):
+            m, _, _ = measure(scenario, 1, seed, task_count, worker_count)
+            lines.append(f"seed {seed} {scenario}: {digest(m.result)} ({len(m.result.assignments):,} placed)")
+    return lines
+
+
 def profile(tasks: list[TaskDemand], workers: list[WorkerCapacity], limit: int = 15) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -273,9 +295,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="passes per scenario (default 5)")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="print a cProfile of one pass per scenario")
+    parser.add_argument(
+        "--digest",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="print a hash of each scenario's result for these seeds instead of timing",
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.digest:
+        print("\n".join(digests(args.digest)))
+        return
     measurements = []
     for scenario in ("mixed", "full"):
         m, tasks, workers = measure(scenario, args.repeat, args.seed)

@@ -70,6 +70,13 @@ def test_scheduler_pass_rows() -> None:
     assert all(len(r.iris) == 3 and r.ray_note == "no peer" for r in rows)
 
 
+def test_scheduler_pass_digests_name_each_seed_and_scenario_and_repeat() -> None:
+    lines = scheduler_pass.digests([1, 2], task_count=200, worker_count=50)
+    assert [line.split(":")[0] for line in lines] == ["seed 1 mixed", "seed 1 full", "seed 2 mixed", "seed 2 full"]
+    assert lines[0] != lines[2]  # another seed, another pass
+    assert scheduler_pass.digests([1, 2], task_count=200, worker_count=50) == lines
+
+
 def test_store_scale_rows() -> None:
     rows = store_scale.rows(quick=True, with_ray=False, jobs=500)
     assert len(rows) == 8

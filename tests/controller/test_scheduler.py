@@ -849,3 +849,116 @@ def test_find_assignments_shapes_sharing_an_unmet_constraint_each_name_it():
         assert result.pending_reasons[task_id] == (
             f"no worker satisfies constraint {nowhere[0].describe()} (2 worker(s) checked)"
         )
+
+
+# ---------------------------------------------------------------- runs of one job, gang searches
+
+
+def test_find_assignments_job_running_out_of_room_places_round_robin_then_the_rest_wait():
+    # A job's tasks share one shape's objects (as the store builds them) and are placed as a run.
+    first = demand("/j/0", cpu=2000)
+    tasks = [first] + [first.for_task(f"/j/{i}") for i in range(1, 6)]
+    workers = [host("w0", free=Resources(4000, 16 * GB, 0)), host("w1", free=Resources(4500, 16 * GB, 0))]
+
+    result = find_assignments(tasks, workers)
+
+    # Emptiest first, then round-robin while both have room.
+    assert result.assignments == [("/j/0", "w1"), ("/j/1", "w0"), ("/j/2", "w1"), ("/j/3", "w0")]
+    assert list(result.pending_reasons) == ["/j/4", "/j/5"]
+    assert result.pending_reasons["/j/4"] == result.pending_reasons["/j/5"]
+    assert result.pending_reasons["/j/4"].startswith(WAITING + ": the 2 worker(s)")
+
+
+def _with_own_objects(task: TaskDemand) -> TaskDemand:
+    """The same demand with a shape of its own: equal values, no object shared with any task."""
+    device = Device(task.device.kind, task.device.variant, task.device.count) if task.device else None
+    constraints = tuple(Constraint(c.key, c.op, c.value, c.values) for c in task.constraints)
+    resources = Resources(
+        task.resources.cpu_millicores, task.resources.memory_bytes, task.resources.disk_bytes
+    )
+    return TaskDemand(task.task_id, task.job_id, resources, device, constraints, task.gang_group_by)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rich_inputs)
+def test_find_assignments_property_job_placed_as_a_run_matches_its_tasks_placed_one_by_one(inputs):
+    tasks, workers = inputs
+    one_by_one = [_with_own_objects(t) for t in tasks]
+    assert find_assignments(tasks, copy.deepcopy(workers)) == find_assignments(one_by_one, workers)
+
+
+def test_find_assignments_gangs_of_one_shape_take_slices_in_order_and_a_smaller_gang_uses_the_first():
+    workers = tpu_slice("a", 4) + tpu_slice("b", 4) + tpu_slice("c", 4)
+    workers[1].device_free = 0  # slice a has 3 free hosts
+    tasks = [t for job in ("g1", "g2", "g3") for t in gang_of(job, 4, device=TPU_16)] + gang_of(
+        "small", 3, device=TPU_16
+    )
+
+    result = find_assignments(tasks, workers)
+
+    slices = {
+        job: {placed(result).get(f"/{job}/{i}", "")[:1] for i in range(3)} for job in ("g1", "g2", "small")
+    }
+    assert slices == {"g1": {"b"}, "g2": {"c"}, "small": {"a"}}
+    assert {f"/g3/{i}" for i in range(4)} == set(result.pending_reasons)
+    assert result.pending_reasons["/g3/0"] == (
+        "waiting for capacity: gang of 4 needs 4 free workers sharing one 'tpu-name'; at most 3 are free in any group"
+    )
+
+
+def test_find_assignments_gang_reason_counts_the_group_with_most_free_workers_wherever_it_is():
+    workers = tpu_slice("a", 4) + tpu_slice("b", 4) + tpu_slice("c", 4)
+    for busy in (0, 1, 2, 4, 8, 9):  # free hosts: a 1, b 3, c 2
+        workers[busy].available = Resources(0, 0, 0)
+
+    result = find_assignments(gang_of("g", 4), workers)
+
+    assert set(result.pending_reasons.values()) == {
+        "waiting for capacity: gang of 4 needs 4 free workers sharing one 'tpu-name'; at most 3 are free in any group"
+    }
+
+
+def test_find_assignments_gang_never_lands_on_a_worker_reporting_more_free_than_its_size():
+    workers = tpu_slice("a", 4, cpu=8000)
+    workers[2].total = Resources(1000, 16 * GB, 0)  # free (8 cpu) above its size (1 cpu)
+
+    result = find_assignments(gang_of("g", 4, cpu=4000), workers)
+
+    assert result.assignments == []
+    assert result.pending_reasons["/g/0"] == (
+        "gang of 4 needs 4 workers sharing one 'tpu-name'; the largest group of suitable workers has 3 (1 group(s))"
+    )
+
+
+def test_find_assignments_class_seen_before_any_placement_bounds_its_own_workers_only():
+    # Nothing is placed while the first classes are seen, so their most free capacity is read from
+    # the workers as reported. Zone b's bound must be zone b's: a need above it (the big task)
+    # fails without ordering zone b's workers, so the small task later finds b0 the emptiest.
+    workers = [
+        host("a0", attributes={"zone": "a"}, free=Resources(4000, 16 * GB, 0)),
+        host("b0", attributes={"zone": "b"}, free=Resources(1000, 16 * GB, 0)),
+        host("b1", attributes={"zone": "b", "gen": 2}, free=Resources(1500, 16 * GB, 0)),
+    ]
+    tasks = [
+        demand("/nowhere/0", constraints=(C("zone=c"),)),
+        demand("/big/0", cpu=2000, constraints=(C("zone=b"),)),
+        demand("/gen2/0", cpu=1000, constraints=(C("gen>=2"),)),
+        demand("/small/0", cpu=400, constraints=(C("zone=b"),)),
+    ]
+
+    result = find_assignments(tasks, workers)
+
+    assert placed(result) == {"/gen2/0": "b1", "/small/0": "b0"}
+    assert result.pending_reasons["/big/0"] == (
+        f"{WAITING}: the 2 worker(s) that could run it (2 cpu, 1.0GB memory) are busy"
+    )
+
+
+def test_find_assignments_gangs_of_one_shape_share_a_slice_while_it_has_room():
+    workers = tpu_slice("a", 4) + tpu_slice("b", 4)  # 4 cpu per host: room for two gangs' tasks
+
+    result = find_assignments(
+        gang_of("g1", 4, cpu=2000) + gang_of("g2", 4, cpu=2000) + gang_of("g3", 4, cpu=2000), workers
+    )
+
+    assert [worker for _, worker in result.assignments] == [f"{s}-w{i}" for s in "aab" for i in range(4)]

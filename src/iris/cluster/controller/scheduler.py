@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import chain, groupby
 
 from iris.cluster.controller.scheduling_types import Device, Resources, TaskDemand, WorkerCapacity
 from iris.cluster.types import ATTR_TPU_WORKER_ID, AttributeValue, Constraint, ConstraintOp
@@ -82,18 +83,23 @@ def _device_need(task: TaskDemand, worker: WorkerCapacity) -> int:
 @dataclass
 class _Class:
     """The workers whose device and attributes suit one (device, constraints) class of tasks, with
-    what makes a failed search and its reason cheap on a saturated cluster."""
+    what makes a failed search and its reason cheap on a saturated cluster. Beyond the bound of
+    free capacity, what costs a walk over the members is built on first use: a pass sees dozens
+    of classes."""
 
-    members: list[WorkerCapacity]
     ids: frozenset[int]  # positions in the pass's worker list
     # Componentwise maxima of free resources and free chips when the class was first seen. Free
     # capacity only shrinks within a pass, so they stay upper bounds: a need above them fits nowhere.
     most_free: Resources
     most_device_free: int
-    # Members by total size: a reason counts the workers large enough for a need per distinct size.
-    by_total: dict[Resources, list[WorkerCapacity]]
+    # The members in position order (see `_Pass.members`).
+    members: list[WorkerCapacity] | None = None
+    # Members' positions per distinct total size: a reason counts the workers large enough for a
+    # need per size.
+    sizes: dict[Resources, frozenset[int]] | None = None
     # Round-robin placement: members emptiest first, and where the next search starts.
     eligible: list[WorkerCapacity] | None = None
+    eligible_rooms: list[list[int]] | None = None  # each eligible worker's free cpu, memory, disk
     cursor: int = 0
     # Resource needs that found no room: capacity only shrinks in a pass, so a need at least as
     # large in every dimension cannot fit either.
@@ -101,8 +107,13 @@ class _Class:
     # Why no task of the class can run whatever its size ("" when some worker suits it): the
     # device and constraints alone decide it, so every failed shape of the class shares it.
     misfit: str | None = None
-    # Gang groups per (size buckets, group_by): distinct shapes of a class share a few buckets.
-    group_tallies: dict[tuple, Counter[str]] = field(default_factory=dict)
+    # Per gang `group_by`: the class's members that carry it, as positions grouped by its value.
+    gang_groups: dict[str, list[list[int]]] = field(default_factory=dict)
+    # Per (group_by, need, gang size): how many leading groups a gang search can skip, because they
+    # had no room for such a gang earlier in the pass and capacity only shrinks.
+    gang_resume: dict[tuple, int] = field(default_factory=dict)
+    # Per (group_by, sizes large enough): how many such members each group has, where not 0.
+    group_tallies: dict[tuple, list[int]] = field(default_factory=dict)
 
     def could_fit(self, task: TaskDemand) -> bool:
         """False when no member can have room for the task now (a cheap bound)."""
@@ -113,9 +124,6 @@ class _Class:
     def dominated(self, need: Resources) -> bool:
         return any(r.fits_in(need) for r in self.failed)
 
-    def large_enough(self, need: Resources) -> list[list[WorkerCapacity]]:
-        return [members for total, members in self.by_total.items() if need.fits_in(total)]
-
 
 class _Pass:
     """The mutable bookkeeping of one scheduling pass, plus per-pass indexes: which workers satisfy
@@ -125,13 +133,17 @@ class _Pass:
     def __init__(self, workers: list[WorkerCapacity]):
         self.workers = workers
         self.position = {w.worker_id: i for i, w in enumerate(workers)}
-        # Free cpu, memory and disk per worker, updated in place: a placement is then a few integer
-        # operations rather than a new frozen Resources.
-        self.free = {
-            w.worker_id: [w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes]
-            for w in workers
-        }
-        self.device_free = {w.worker_id: w.device_free for w in workers}
+        # Free cpu, memory and disk per position (and the same lists by worker id), updated in
+        # place: a placement is then a few integer operations rather than a new frozen Resources.
+        self.rooms = [
+            [w.available.cpu_millicores, w.available.memory_bytes, w.available.disk_bytes] for w in workers
+        ]
+        self.free = {w.worker_id: room for w, room in zip(workers, self.rooms, strict=True)}
+        self.chips = [w.device_free for w in workers]  # free chips per position
+        self.placed = False  # whether any task was placed in this pass yet
+        # Per column of free capacity (cpu, memory, disk, chips): the column as reported, and the
+        # workers' positions largest first (see `_most_free`).
+        self._largest_first: list[tuple[list[int], list[int]]] | None = None
         self._holds: dict[Constraint, frozenset[int]] = {}
         self._by_value: dict[str, tuple[dict[AttributeValue, list[int]], list[int]]] = {}
         self._with_device: dict[Device, frozenset[int]] = {}
@@ -139,9 +151,11 @@ class _Pass:
         # Consecutive tasks of one job share their device and constraints objects: an identity
         # check finds their class without hashing the key again.
         self._last_class: tuple[Device | None, tuple[Constraint, ...], _Class] | None = None
-        self._group_counts: dict[tuple[int, str], Counter[str]] = {}
-        self._groups: dict[str, list[tuple[str, list[WorkerCapacity]]]] = {}
+        self._group_order: dict[str, tuple[list[int], list[int]]] = {}
+        self._described: dict[tuple, str] = {}
+        self._free_within_total: bool | None = None
         self.all_ids = frozenset(range(len(workers)))
+        self._positions = list(range(len(workers)))
         # Workers by total size, so a class splits its members by size with a few set intersections.
         by_total: dict[Resources, set[int]] = {}
         for i, w in enumerate(workers):
@@ -190,11 +204,6 @@ class _Pass:
             )
         return ids
 
-    def matching(self, task: TaskDemand) -> tuple[list[WorkerCapacity], frozenset[int]]:
-        """Workers whose device and attributes suit the task (resources not considered)."""
-        found = self.task_class(task)
-        return found.members, found.ids
-
     def task_class(self, task: TaskDemand) -> _Class:
         last = self._last_class
         if last is not None and last[0] is task.device and last[1] is task.constraints:
@@ -206,43 +215,103 @@ class _Pass:
             for constraint in task.constraints:
                 ids = self.holding(constraint) if ids is None else ids & self.holding(constraint)
             ids = self.all_ids if ids is None else ids
-            members = self.workers if ids is self.all_ids else [self.workers[i] for i in sorted(ids)]
-            by_total = {}
-            for total, sized in self._by_total.items():
-                chosen = sized & ids
-                if chosen:
-                    by_total[total] = [self.workers[i] for i in sorted(chosen)]
-            free = [self.free[w.worker_id] for w in members]
-            most_free = Resources(*(max(column, default=0) for column in zip(*free, strict=True)))
-            chips = max((self.device_free[w.worker_id] for w in members), default=0)
-            found = self._classes[key] = _Class(members, ids, most_free, chips, by_total)
+            found = self._classes[key] = _Class(ids, *self._most_free(ids))
         self._last_class = (task.device, task.constraints, found)
         return found
 
-    def could_fit(self, task: TaskDemand) -> bool:
-        return self.task_class(task).could_fit(task)
-
-    def group_counts(self, members: list[WorkerCapacity], group_by: str) -> Counter[str]:
-        """How many of `members` (a list the pass keeps) carry each value of `group_by`."""
-        key = (id(members), group_by)
-        counts = self._group_counts.get(key)
-        if counts is None:
-            counts = self._group_counts[key] = Counter(
-                str(w.attributes[group_by]) for w in members if group_by in w.attributes
-            )
-        return counts
-
-    def groups(self, group_by: str) -> list[tuple[str, list[WorkerCapacity]]]:
-        groups = self._groups.get(group_by)
-        if groups is None:
-            by_value: dict[str, list[WorkerCapacity]] = {}
-            for w in self.workers:
-                if group_by in w.attributes:
-                    by_value.setdefault(str(w.attributes[group_by]), []).append(w)
-            groups = self._groups[group_by] = [
-                (value, sorted(by_value[value], key=_worker_order)) for value in sorted(by_value)
+    def _most_free(self, ids: frozenset[int]) -> tuple[Resources, int]:
+        """The largest free cpu, memory, disk and chips among the workers at `ids`."""
+        if not ids:
+            return Resources(), 0
+        if self.placed or not self._classes:
+            rooms = [self.rooms[i] for i in ids]
+            cpu, memory, disk = (max([r[column] for r in rooms]) for column in range(3))
+            return Resources(cpu, memory, disk), max([self.chips[i] for i in ids])
+        # Nothing placed yet, and more than one class (all of a saturated cluster's pass): free
+        # capacity is still what the workers reported, so the largest of each among `ids` is the
+        # first of `ids` in a per-pass order of the workers by it, a few steps for any class.
+        if self._largest_first is None:
+            columns = [[room[column] for room in self.rooms] for column in range(3)] + [self.chips]
+            self._largest_first = [
+                (column, sorted(range(len(column)), key=column.__getitem__, reverse=True))
+                for column in columns
             ]
-        return groups
+        cpu, memory, disk, chips = (
+            column[next(i for i in order if i in ids)] for column, order in self._largest_first
+        )
+        return Resources(cpu, memory, disk), chips
+
+    def members(self, task_class: _Class) -> list[WorkerCapacity]:
+        if task_class.members is None:
+            ids = task_class.ids
+            task_class.members = (
+                self.workers if ids is self.all_ids else list(map(self.workers.__getitem__, sorted(ids)))
+            )
+        return task_class.members
+
+    def large_enough(self, task_class: _Class, need: Resources) -> list[tuple[Resources, frozenset[int]]]:
+        """The class's members whose total size can hold `need`, per distinct size."""
+        sizes = task_class.sizes
+        if sizes is None:
+            ids = task_class.ids
+            sizes = task_class.sizes = {
+                total: chosen for total, sized in self._by_total.items() if (chosen := sized & ids)
+            }
+        return [(total, chosen) for total, chosen in sizes.items() if need.fits_in(total)]
+
+    def group_order(self, group_by: str) -> tuple[list[int], list[int]]:
+        """Per worker position: its group (groups numbered in order of their `group_by` value as
+        text, -1 without one) and its rank in the order groups are searched in (group, then host
+        index within the slice, then id)."""
+        found = self._group_order.get(group_by)
+        if found is None:
+            by_value: dict[str, list[int]] = {}
+            for i, w in enumerate(self.workers):
+                if group_by in w.attributes:
+                    by_value.setdefault(str(w.attributes[group_by]), []).append(i)
+            group_of = [-1] * len(self.workers)
+            rank = [-1] * len(self.workers)
+            ranked = 0
+            for number, value in enumerate(sorted(by_value)):
+                for i in sorted(by_value[value], key=lambda i: _worker_order(self.workers[i])):
+                    group_of[i] = number
+                    rank[i] = ranked
+                    ranked += 1
+            if rank == self._positions:
+                rank = self._positions
+            found = self._group_order[group_by] = (group_of, rank)
+        return found
+
+    def class_groups(self, task_class: _Class, group_by: str) -> list[list[int]]:
+        """The groups of workers sharing a value of `group_by`, in search order, cut down to the
+        class's members: each a list of worker positions."""
+        found = task_class.gang_groups.get(group_by)
+        if found is None:
+            group_of, rank = self.group_order(group_by)
+            # Workers listed slice by slice, host by host (as a cluster registers them) are already
+            # in search order, which spares the sort its key.
+            ordered = sorted(task_class.ids, key=None if rank is self._positions else rank.__getitem__)
+            found = task_class.gang_groups[group_by] = [
+                list(positions)
+                for number, positions in groupby(ordered, key=group_of.__getitem__)
+                if number >= 0
+            ]
+        return found
+
+    def free_within_total(self) -> bool:
+        """Whether every worker's free capacity is within its total size (as workers report it)."""
+        if self._free_within_total is None:
+            self._free_within_total = all(w.available.fits_in(w.total) for w in self.workers)
+        return self._free_within_total
+
+    def describe(self, task: TaskDemand) -> str:
+        """The task's device and resources in words; many failed shapes of a pass share them."""
+        key = (task.device, task.resources)
+        text = self._described.get(key)
+        if text is None:
+            what = task.device.describe() + ", " if task.device else ""
+            text = self._described[key] = what + task.resources.describe()
+        return text
 
     def fits_now(self, task: TaskDemand, worker: WorkerCapacity) -> bool:
         need = task.resources
@@ -251,58 +320,61 @@ class _Pass:
             need.cpu_millicores <= free[0]
             and need.memory_bytes <= free[1]
             and need.disk_bytes <= free[2]
-            and (task.device is None or _device_need(task, worker) <= self.device_free[worker.worker_id])
+            and (
+                task.device is None
+                or _device_need(task, worker) <= self.chips[self.position[worker.worker_id]]
+            )
         )
 
     def take(self, task: TaskDemand, worker: WorkerCapacity) -> None:
+        self.placed = True
         free = self.free[worker.worker_id]
         free[0] -= task.resources.cpu_millicores
         free[1] -= task.resources.memory_bytes
         free[2] -= task.resources.disk_bytes
         if task.device is not None:
-            self.device_free[worker.worker_id] -= _device_need(task, worker)
+            self.chips[self.position[worker.worker_id]] -= _device_need(task, worker)
 
 
 # ---------------------------------------------------------------- reasons
 
 
-def _unplaceable_reason(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
-    if not workers:
+def _unplaceable_reason(task: TaskDemand, state: _Pass) -> str:
+    if not state.workers:
         return "no healthy workers are registered; start workers or wait for the autoscaler"
     task_class = state.task_class(task)
     if task_class.misfit is None:
-        task_class.misfit = _class_misfit(task, workers, state)
+        task_class.misfit = _class_misfit(task, state)
     if task_class.misfit:
         return task_class.misfit
     need = task.resources
-    candidates = task_class.members
-    able = sum(len(members) for members in task_class.large_enough(need))
+    able = sum(len(chosen) for _, chosen in state.large_enough(task_class, need))
     if not able:
-        largest = max(candidates, key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
+        largest = max(state.members(task_class), key=lambda w: (w.total.cpu_millicores, w.total.memory_bytes))
         lacking = ", ".join(_shortfall(need, largest.total))
         return (
             f"no worker is large enough: the task needs {need.describe()} but the largest worker "
             f"({largest.worker_id}) has {largest.total.describe()} (short of {lacking})"
         )
-    what = task.device.describe() + ", " if task.device else ""
-    return f"waiting for capacity: the {able} worker(s) that could run it ({what}{need.describe()}) are busy"
+    return f"waiting for capacity: the {able} worker(s) that could run it ({state.describe(task)}) are busy"
 
 
-def _class_misfit(task: TaskDemand, workers: list[WorkerCapacity], state: _Pass) -> str:
+def _class_misfit(task: TaskDemand, state: _Pass) -> str:
     """Why no worker suits the task's device and constraints, or "" when some worker does."""
     if task.device is not None:
-        capable, ids = state.matching(TaskDemand("", "", task.resources, task.device))
-        if not capable:
-            offered = Counter(w.device.describe() for w in workers if w.device is not None)
+        ids = state.task_class(TaskDemand("", "", task.resources, task.device)).ids
+        if not ids:
+            offered = Counter(w.device.describe() for w in state.workers if w.device is not None)
             others = ", ".join(f"{n} with {d}" for d, n in sorted(offered.items()))
-            return f"no worker has {task.device.describe()}" + (f" (workers have: {others})" if others else "")
-        workers = capable
+            return f"no worker has {task.device.describe()}" + (
+                f" (workers have: {others})" if others else ""
+            )
     else:
         ids = state.all_ids
     for constraint in task.constraints:
-        if not (state.holding(constraint) & ids):
-            return f"no worker satisfies constraint {constraint.describe()} ({len(workers)} worker(s) checked)"
-    if not state.task_class(task).members:
+        if state.holding(constraint).isdisjoint(ids):
+            return f"no worker satisfies constraint {constraint.describe()} ({len(ids)} worker(s) checked)"
+    if not state.task_class(task).ids:
         return f"no worker satisfies all of {', '.join(c.describe() for c in task.constraints)}"
     return ""
 
@@ -318,98 +390,189 @@ def _shortfall(need: Resources, have: Resources) -> list[str]:
     return missing
 
 
-def _gang_reason(gang: list[TaskDemand], workers: list[WorkerCapacity], state: _Pass) -> str:
+def _gang_reason(gang: list[TaskDemand], state: _Pass) -> str:
     task = gang[0]
     group_by = task.gang_group_by
     size = len(gang)
     task_class = state.task_class(task)
-    buckets = task_class.large_enough(task.resources)
-    if not buckets:
-        return f"gang of {size}: " + _unplaceable_reason(task, workers, state)
-    tally_key = (tuple(id(members) for members in buckets), group_by)
-    groups = task_class.group_tallies.get(tally_key)
-    if groups is None:
-        groups = task_class.group_tallies[tally_key] = Counter()
-        for members in buckets:
-            groups.update(state.group_counts(members, group_by))
+    sized = state.large_enough(task_class, task.resources)
+    if not sized:
+        return f"gang of {size}: " + _unplaceable_reason(task, state)
+    groups = _group_tally(task_class, sized, group_by, state)
     if not groups:
-        able = sum(len(members) for members in buckets)
+        able = sum(len(chosen) for _, chosen in sized)
         return f"gang of {size} needs workers with attribute '{group_by}'; none of the {able} suitable worker(s) have it"
-    biggest = max(groups.values())
+    biggest = max(groups)
     if biggest < size:
         return (
             f"gang of {size} needs {size} workers sharing one '{group_by}'; the largest group of suitable "
             f"workers has {biggest} ({len(groups)} group(s))"
         )
-    free_groups = Counter(
-        str(w.attributes[group_by])
-        for members in (buckets if state.could_fit(task) else ())
-        for w in members
-        if group_by in w.attributes and state.fits_now(task, w)
-    )
-    best_free = max(free_groups.values(), default=0)
+    best_free = 0
+    if task_class.could_fit(task):
+        for positions in state.class_groups(task_class, group_by):
+            # Most groups cannot beat the best so far, which the search tells after a few misses.
+            if (
+                len(positions) > best_free
+                and len(_with_room(task, positions, state, best_free + 1)) > best_free
+            ):
+                best_free = len(_with_room(task, positions, state))
     return (
         f"waiting for capacity: gang of {size} needs {size} free workers sharing one '{group_by}'; "
         f"at most {best_free} are free in any group"
     )
 
 
+def _group_tally(
+    task_class: _Class, sized: list[tuple[Resources, frozenset[int]]], group_by: str, state: _Pass
+) -> list[int]:
+    """How many workers large enough for a need each group of the class has, where not 0. Needs
+    of a class share a few sets of large enough sizes, so the tally is kept per set."""
+    key = (group_by, tuple(total for total, _ in sized))
+    tally = task_class.group_tallies.get(key)
+    if tally is None:
+        group_of = state.group_order(group_by)[0]
+        counts = Counter(map(group_of.__getitem__, chain.from_iterable(chosen for _, chosen in sized)))
+        counts.pop(-1, None)  # workers without the attribute
+        tally = task_class.group_tallies[key] = list(counts.values())
+    return tally
+
+
 # ---------------------------------------------------------------- placement
 
 
-def _place_single(task: TaskDemand, task_class: _Class, state: _Pass) -> WorkerCapacity | None:
-    """The next worker with room now, round-robin over the workers whose device and attributes
-    suit the task.
+def _place_run(
+    run: list[TaskDemand], task_class: _Class, state: _Pass, assignments: list[tuple[str, str]]
+) -> int:
+    """Place the run's tasks in order, each on the next worker with room now, round-robin over the
+    workers whose device and attributes suit them; returns how many were placed (the rest found
+    no room, and capacity only shrinks, so none after the first failure could be placed either).
 
     Round-robin spreads load evenly, and one cursor per (device, constraints) class makes a
     placement cost a few checks instead of a scan of every worker, which matters with thousands of
     each. Room now (free >= need) implies the worker is large enough, so no size filter is needed.
     """
+    task = run[0]
     if not task_class.could_fit(task):
-        return None
+        return 0
     eligible = task_class.eligible
     if eligible is None:
-        # Emptiest first, so the first placements of a pass go where there is most room.
-        eligible = task_class.eligible = sorted(task_class.members, key=lambda w: -state.free[w.worker_id][0])
+        # Emptiest first (a stable sort of the members by free cpu), so the first placements of a
+        # pass go where there is most room.
+        free_cpu = {i: state.rooms[i][0] for i in task_class.ids}
+        positions = sorted(sorted(free_cpu), key=free_cpu.__getitem__, reverse=True)
+        eligible = task_class.eligible = [state.workers[i] for i in positions]
+        task_class.eligible_rooms = [state.rooms[i] for i in positions]
+    if task.device is not None:
+        return _place_run_with_device(run, task_class, eligible, state, assignments)
+    rooms = task_class.eligible_rooms
     count = len(eligible)
-    start = task_class.cursor
-    # The cpu, memory and disk test of `fits_now` inline: this loop runs for every placement.
+    position = task_class.cursor
     cpu, memory, disk = task.resources.cpu_millicores, task.resources.memory_bytes, task.resources.disk_bytes
-    free = state.free
-    for offset in range(count):
-        worker = eligible[(start + offset) % count]
-        room = free[worker.worker_id]
+    placed = misses = 0
+    wanted = len(run)
+    # One task's search ends after `count` workers without room: then the rest fail too.
+    while placed < wanted and misses < count:
+        room = rooms[position]
+        worker = eligible[position]
+        position += 1
+        if position == count:
+            position = 0
         if cpu > room[0] or memory > room[1] or disk > room[2]:
+            misses += 1
             continue
-        if task.device is None or state.fits_now(task, worker):
-            task_class.cursor = (start + offset + 1) % count
-            return worker
-    return None
+        room[0] -= cpu
+        room[1] -= memory
+        room[2] -= disk
+        assignments.append((run[placed].task_id, worker.worker_id))
+        placed += 1
+        misses = 0
+    task_class.cursor = position
+    if placed:
+        state.placed = True
+    return placed
+
+
+def _place_run_with_device(
+    run: list[TaskDemand],
+    task_class: _Class,
+    eligible: list[WorkerCapacity],
+    state: _Pass,
+    assignments: list[tuple[str, str]],
+) -> int:
+    """`_place_run` for tasks that also need chips, whose count can depend on the worker."""
+    count = len(eligible)
+    for placed, task in enumerate(run):
+        start = task_class.cursor
+        for offset in range(count):
+            worker = eligible[(start + offset) % count]
+            if state.fits_now(task, worker):
+                task_class.cursor = (start + offset + 1) % count
+                state.take(task, worker)
+                assignments.append((task.task_id, worker.worker_id))
+                break
+        else:
+            return placed
+    return len(run)
 
 
 def _place_gang(gang: list[TaskDemand], state: _Pass) -> list[WorkerCapacity] | None:
     """Distinct workers sharing one group value, one per task, or None. Within a group, workers are
     taken in id order so task i tends to land on the i-th host of a slice."""
     task, size = gang[0], len(gang)
-    if not state.could_fit(task):
+    task_class = state.task_class(task)
+    if not task_class.could_fit(task):
         return None
-    _, suitable = state.matching(task)
-    need = task.resources
-    cpu, memory, disk = need.cpu_millicores, need.memory_bytes, need.disk_bytes
-    free, position = state.free, state.position
-    for _, members in state.groups(task.gang_group_by):
-        if len(members) < size:
+    group_by = task.gang_group_by
+    groups = state.class_groups(task_class, group_by)
+    resume_key = (group_by, task.resources, size)
+    first = task_class.gang_resume.get(resume_key, 0)
+    for number in range(first, len(groups)):
+        positions = groups[number]
+        if len(positions) < size:
             continue
-        chosen = []
-        for w in members:
-            room = free[w.worker_id]  # the resource test of `fits_now` first, inline: it rules out most
-            if cpu > room[0] or memory > room[1] or disk > room[2] or position[w.worker_id] not in suitable:
-                continue
-            if need.fits_in(w.total) and (task.device is None or state.fits_now(task, w)):
-                chosen.append(w)
-                if len(chosen) == size:
-                    return chosen
+        chosen = _gang_in_group(task, size, positions, state)
+        if chosen is not None:
+            task_class.gang_resume[resume_key] = number
+            return [state.workers[i] for i in chosen]
+    task_class.gang_resume[resume_key] = len(groups)
     return None
+
+
+def _gang_in_group(task: TaskDemand, size: int, positions: list[int], state: _Pass) -> list[int] | None:
+    """The first `size` workers of one group with room for the task now, or None."""
+    chosen = _with_room(task, positions, state, size)
+    return chosen if len(chosen) == size else None
+
+
+def _with_room(task: TaskDemand, positions: list[int], state: _Pass, wanted: int = 0) -> list[int]:
+    """The workers among `positions` that can take the task now (and could at all), in order.
+    With `wanted`, only the first that many, and none once fewer than that are possible."""
+    need, rooms, workers = task.resources, state.rooms, state.workers
+    cpu, memory, disk = need.cpu_millicores, need.memory_bytes, need.disk_bytes
+    # Room for the need implies a total that holds it, unless a worker reported more free than
+    # its size.
+    check_total = not state.free_within_total()
+    chosen = []
+    # Without `wanted`, no miss ends the search.
+    spare = len(positions) - wanted if wanted else len(positions)
+    for i in positions:
+        room = rooms[i]
+        if (
+            cpu <= room[0]
+            and memory <= room[1]
+            and disk <= room[2]
+            and (not check_total or need.fits_in(workers[i].total))
+            and (task.device is None or state.fits_now(task, workers[i]))
+        ):
+            chosen.append(i)
+            if len(chosen) == wanted:
+                break
+        else:
+            spare -= 1
+            if spare < 0:
+                break
+    return chosen
 
 
 def _worker_order(worker: WorkerCapacity) -> tuple:
@@ -418,18 +581,29 @@ def _worker_order(worker: WorkerCapacity) -> tuple:
 
 
 def _units(tasks: Iterable[TaskDemand]) -> list[list[TaskDemand]]:
-    """Tasks grouped into scheduling units, in order of first appearance: a gang is one unit."""
+    """Tasks grouped into scheduling units, in order of first appearance: a gang is one unit, and
+    so is a run of consecutive single tasks that share their shape's objects (the tasks of one job,
+    as the store lists them), which the pass then places as a batch."""
     units: list[list[TaskDemand]] = []
     gangs: dict[str, list[TaskDemand]] = {}
+    run: list[TaskDemand] = []
+    resources = device = constraints = None
     for task in tasks:
         if task.gang_group_by:
             gang = gangs.get(task.job_id)
             if gang is None:
                 gang = gangs[task.job_id] = []
                 units.append(gang)
+                run = []
             gang.append(task)
+        elif (
+            run and task.resources is resources and task.constraints is constraints and task.device is device
+        ):
+            run.append(task)
         else:
-            units.append([task])
+            run = [task]
+            units.append(run)
+            resources, device, constraints = task.resources, task.device, task.constraints
     return units
 
 
@@ -442,48 +616,63 @@ def find_assignments(tasks: list[TaskDemand], workers: list[WorkerCapacity]) -> 
     pending: dict[str, str] = {}
     unfit_shapes: dict[tuple, str] = {}
     unfit_gangs: dict[tuple, tuple[int, str]] = {}
-    last_failed: tuple = (None, None, None, None)
     for unit in _units(tasks):
         if unit[0].gang_group_by:
-            # Like single tasks: a gang that found no room rules out every later gang of the same
-            # shape that is at least as large.
-            gang_key = (unit[0].shape(), unit[0].gang_group_by)
-            failed = unfit_gangs.get(gang_key)
-            members = None if failed and len(unit) >= failed[0] else _place_gang(unit, state)
-            if members is None:
-                if failed and len(unit) == failed[0]:
-                    reason = failed[1]
-                else:
-                    reason = _gang_reason(unit, workers, state)
-                    if not failed or len(unit) < failed[0]:
-                        unfit_gangs[gang_key] = (len(unit), reason)
-                pending.update((t.task_id, reason) for t in unit)
-                continue
-            for task, worker in zip(unit, members, strict=False):
-                state.take(task, worker)
-                assignments.append((task.task_id, worker.worker_id))
-            continue
-        task = unit[0]
-        task_class = state.task_class(task)
-        # A shape that failed put its resources in its class's failures: a class without any
-        # spares the lookup, and consecutive tasks of one job share the shape's objects.
-        if task_class.failed:
-            same_objects = task.resources is last_failed[0] and task.constraints is last_failed[1]
-            if same_objects and task.device is last_failed[2]:
-                reason = last_failed[3]
-            else:
-                reason = unfit_shapes.get(task.shape())
-            if reason is not None:
-                last_failed = (task.resources, task.constraints, task.device, reason)
-                pending[task.task_id] = reason
-                continue
-        worker = None if task_class.dominated(task.resources) else _place_single(task, task_class, state)
-        if worker is None:
-            task_class.failed.append(task.resources)
-            reason = _unplaceable_reason(task, workers, state)
-            unfit_shapes[task.shape()] = reason
-            pending[task.task_id] = reason
-            continue
+            _schedule_gang(unit, state, unfit_gangs, assignments, pending)
+        else:
+            _schedule_run(unit, state, unfit_shapes, assignments, pending)
+    return SchedulingResult(assignments, pending)
+
+
+def _schedule_gang(
+    gang: list[TaskDemand],
+    state: _Pass,
+    unfit_gangs: dict[tuple, tuple[int, str]],
+    assignments: list[tuple[str, str]],
+    pending: dict[str, str],
+) -> None:
+    # Like single tasks: a gang that found no room rules out every later gang of the same shape
+    # that is at least as large.
+    gang_key = (gang[0].shape(), gang[0].gang_group_by)
+    failed = unfit_gangs.get(gang_key)
+    members = None if failed and len(gang) >= failed[0] else _place_gang(gang, state)
+    if members is None:
+        if failed and len(gang) == failed[0]:
+            reason = failed[1]
+        else:
+            reason = _gang_reason(gang, state)
+            if not failed or len(gang) < failed[0]:
+                unfit_gangs[gang_key] = (len(gang), reason)
+        pending.update((t.task_id, reason) for t in gang)
+        return
+    for task, worker in zip(gang, members, strict=False):
         state.take(task, worker)
         assignments.append((task.task_id, worker.worker_id))
-    return SchedulingResult(assignments, pending)
+
+
+def _schedule_run(
+    run: list[TaskDemand],
+    state: _Pass,
+    unfit_shapes: dict[tuple, str],
+    assignments: list[tuple[str, str]],
+    pending: dict[str, str],
+) -> None:
+    """Single tasks of one shape, in order: each as if placed alone, but the class lookup, the
+    checks against earlier failures and the search's setup are done once for the run."""
+    task = run[0]
+    task_class = state.task_class(task)
+    # A shape that failed put its resources in its class's failures: a class without any spares
+    # the lookup of the shape.
+    reason = unfit_shapes.get(task.shape()) if task_class.failed else None
+    if reason is None:
+        placed = (
+            0 if task_class.dominated(task.resources) else _place_run(run, task_class, state, assignments)
+        )
+        if placed == len(run):
+            return
+        task_class.failed.append(task.resources)
+        reason = _unplaceable_reason(task, state)
+        unfit_shapes[task.shape()] = reason
+        run = run[placed:]
+    for t in run:
+        pending[t.task_id] = reason
