@@ -270,13 +270,15 @@ class IrisClient:
         workspace: Path | None = None,
         config=None,
         progress: Callable[[str], None] | None = None,
+        fork_workers: bool = False,
     ) -> IrisClient:
-        """Start a controller and `workers` worker processes here; `close()` stops them all."""
+        """Start a controller and `workers` worker processes here; `close()` stops them all.
+        `fork_workers`: see `LocalCluster`."""
         from iris.cluster.local_cluster import LocalCluster
         from iris.cluster.platform.local import LocalWorkerSpec
 
         specs = None if config is not None else [LocalWorkerSpec(f"local-{i}") for i in range(workers)]
-        cluster = LocalCluster(config=config, workers=specs).start(progress)
+        cluster = LocalCluster(config=config, workers=specs, fork_workers=fork_workers).start(progress)
         client = cls(cluster.url, workspace)
         client.cluster = cluster
         client._on_close.append(cluster.stop)
