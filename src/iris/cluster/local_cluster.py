@@ -167,7 +167,9 @@ class LocalCluster:
                     )
             return len(self.healthy_worker_ids()) >= count
 
-        wait_until(ready, timeout, 0.05, f"{count} local worker(s) to register")
+        # A worker started beside the controller registers as soon as it serves: a short poll
+        # keeps a cold start from waiting most of an interval for a registration already made.
+        wait_until(ready, timeout, 0.01, f"{count} local worker(s) to register")
 
     def stop_worker(self, worker_id: str, sig: int = signal.SIGTERM) -> None:
         process = self.worker_processes.pop(worker_id)
