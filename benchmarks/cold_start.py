@@ -13,6 +13,9 @@ Each sample is the time from starting the first command to the line `x` on stdou
 teardown after it is not counted. Runs of the three alternate, so a noisy moment on the machine
 hits them alike. Every command runs in an empty directory (Iris ships the working directory as
 the job's bundle; Ray ships nothing unless asked).
+
+`--phases N` instead times N Iris runs phase by phase, from the progress lines `iris run --local`
+writes to stderr (each ends a phase), the `x`, and the command's exit.
 """
 
 from __future__ import annotations
@@ -123,6 +126,88 @@ def _drain(process: subprocess.Popen, timeout: float) -> None:
         selector.close()
 
 
+# What ends each phase of `iris run --local`, in order: a piece of a progress line on stderr,
+# then the job's line on stdout and the command's exit.
+IRIS_PHASES = (
+    ("import the CLI", "iris: starting a local cluster"),
+    ("start the controller (imports, build, serve)", "iris: controller listening"),
+    ("its worker registered", "worker(s) registered"),
+    ("submit the job", "iris: submitted"),
+)
+FIRST_OUTPUT = "job's first output"
+EXIT = "teardown and exit"
+
+
+def iris_phases_once(workdir: str) -> dict[str, float]:
+    """Seconds each phase of one `iris run --local` took (see IRIS_PHASES)."""
+    with owned_processes():
+        began = time.perf_counter()
+        process = subprocess.Popen(
+            iris_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=workdir
+        )
+        try:
+            ends = _phase_ends(process, began)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    names = [name for name, _ in IRIS_PHASES] + [FIRST_OUTPUT, EXIT]
+    missing = [name for name in names if name not in ends]
+    if missing:
+        raise RuntimeError(f"`iris run --local` never reached: {', '.join(missing)}")
+    durations, previous = {}, 0.0
+    for name in names:
+        durations[name] = ends[name] - previous
+        previous = ends[name]
+    return durations
+
+
+def _phase_ends(process: subprocess.Popen, began: float) -> dict[str, float]:
+    assert process.stdout is not None and process.stderr is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ, "stdout")
+    selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+    buffers = {"stdout": b"", "stderr": b""}
+    ends: dict[str, float] = {}
+    deadline = time.monotonic() + LINE_TIMEOUT_S + EXIT_TIMEOUT_S
+    try:
+        while selector.get_map() and time.monotonic() < deadline:
+            for key, _ in selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                chunk = os.read(key.fileobj.fileno(), 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                now = time.perf_counter() - began
+                *lines, buffers[key.data] = (buffers[key.data] + chunk).split(b"\n")
+                for line in (raw.decode(errors="replace") for raw in lines):
+                    if key.data == "stdout" and is_x(line):
+                        ends.setdefault(FIRST_OUTPUT, now)
+                    for name, marker in IRIS_PHASES:
+                        if key.data == "stderr" and marker in line:
+                            ends.setdefault(name, now)
+        process.wait(max(0.1, deadline - time.monotonic()))
+        ends[EXIT] = time.perf_counter() - began
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        selector.close()
+    return ends
+
+
+def print_phases(runs: int) -> None:
+    workdir = tempfile.mkdtemp(prefix="iris-bench-cold-")
+    try:
+        samples = [iris_phases_once(workdir) for _ in range(runs)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("| phase of `iris run --local` | median (ms) | min (ms) |\n|---|---|---|")
+    for name in samples[0]:
+        values = [sample[name] for sample in samples]
+        print(f"| {name} | {percentile(values, 50) * 1000:.0f} | {min(values) * 1000:.0f} |")
+    to_output = [sum(v for k, v in sample.items() if k != EXIT) for sample in samples]
+    print(f"| to first output | {percentile(to_output, 50) * 1000:.0f} | {min(to_output) * 1000:.0f} |")
+
+
 def iris_once(workdir: str) -> float:
     with owned_processes():
         return time_to_line(iris_command(), dict(os.environ), workdir, is_x)
@@ -228,8 +313,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="Iris runs (default 5)")
     parser.add_argument("--ray-runs", type=int, default=3, help="runs of each Ray variant (default 3; 0 skips Ray)")
+    parser.add_argument("--phases", type=int, default=0, metavar="N", help="time N Iris runs phase by phase instead")
     args = parser.parse_args()
     become_subreaper()
+    if args.phases:
+        print_phases(args.phases)
+        return
     with_ray = args.ray_runs > 0 and ray_installed()
     results, _ = measure(args.runs, args.ray_runs, with_ray)
     print("| variant | n | median (ms) | p99 (ms) |\n|---|---|---|---|")

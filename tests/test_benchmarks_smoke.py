@@ -14,7 +14,15 @@ import pytest
 # benchmarks/ is a top-level package beside src/, not installed with iris.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import actor_calls, controller_scale, run, scheduler_pass, store_scale, sustained_throughput  # noqa: E402
+from benchmarks import (  # noqa: E402
+    actor_calls,
+    cold_start,
+    controller_scale,
+    run,
+    scheduler_pass,
+    store_scale,
+    sustained_throughput,
+)
 from benchmarks.common import Row, Target, evaluate, percentile  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -106,3 +114,11 @@ def test_sustained_throughput_measures_rate_and_submit_to_done_iris_only() -> No
     assert m["iris_rate"] > 0
     assert len(m["iris_latency"]) == 6 and all(ms >= 0 for ms in m["iris_latency"])
     assert m["cpu_per_job_ms"]["controller and clients"] > 0 and m["cpu_per_job_ms"]["worker"] > 0
+
+
+def test_cold_start_phases_of_one_run_each_timed_in_order(tmp_path: Path) -> None:
+    phases = cold_start.iris_phases_once(str(tmp_path))
+
+    names = [name for name, _ in cold_start.IRIS_PHASES] + [cold_start.FIRST_OUTPUT, cold_start.EXIT]
+    assert list(phases) == names
+    assert all(seconds >= 0 for seconds in phases.values()), phases

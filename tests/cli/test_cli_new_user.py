@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -456,3 +457,17 @@ def test_run_local_signal_stops_job_and_workers(iris: IrisRunner, tmp_path: Path
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def test_follow_logs_of_short_job_returns_when_job_ends_not_a_poll_later(
+    cluster: LocalClusterConfig, tmp_path: Path
+) -> None:
+    with IrisClient.remote(cluster.url(), workspace=tmp_path) as client:
+        job = client.submit(Entrypoint.from_command("python", "-c", "print('late')"), name="late-line")
+        began = time.monotonic()
+        # The first read finds no line yet; a poll interval this long would show as a delay.
+        entries = list(job.follow_logs(poll_interval=25.0))
+        elapsed = time.monotonic() - began
+
+    assert [entry.data for entry in entries] == ["late"]
+    assert elapsed < 20.0, f"follow_logs took {elapsed:.1f}s after the job's end"

@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 from cli_support import IrisRunner, pid_alive, send_ctrl_c, wait_for_file_text
 
+from iris.cluster.local_worker import WORKER_PROCESS_NAME
 from iris.time import wait_until
 
 
@@ -22,6 +23,17 @@ def test_run_local_print_prints_line_and_exits_0(iris: IrisRunner, iris_home: Pa
     assert "iris: submitted /" in result.stderr, str(result)
     assert "Traceback" not in result.stderr
     assert not (iris_home / ".iris").exists(), "a throwaway cluster must not write to ~/.iris"
+
+
+def test_run_local_worker_is_a_fork_of_the_command_not_a_new_interpreter(iris: IrisRunner) -> None:
+    """A new interpreter would import the worker's modules afresh before it could register: most
+    of a second on the way to the job's first line."""
+    script = "import os; p = os.getppid(); print(open(f'/proc/{p}/comm').read().strip(), os.getsid(p) == p)"
+    result = iris("run", "--local", "--", "python", "-c", script)
+
+    assert result.returncode == 0, str(result)
+    # Named for process lists, and the leader of its own session as a spawned worker is.
+    assert result.stdout.splitlines() == [f"{WORKER_PROCESS_NAME} True"], str(result)
 
 
 def test_run_local_exit_3_exits_3_and_prints_reason(iris: IrisRunner) -> None:
@@ -109,8 +121,9 @@ def test_run_local_killed_by_sigkill_takes_its_worker_and_job_with_it(iris: Iris
     workers: list[psutil.Process] = []
     try:
         job_pid = int(wait_for_file_text(pid_file, timeout=60))
-        workers = [p for p in psutil.Process(process.pid).children() if "iris.cluster.worker.main" in p.cmdline()]
-        assert workers, "no worker process under `iris run --local`"
+        # The command's only children are its workers; the job runs under a worker.
+        workers = psutil.Process(process.pid).children()
+        assert [w.name() for w in workers] == [WORKER_PROCESS_NAME], "no worker process under `iris run --local`"
 
         process.send_signal(signal.SIGKILL)  # no handler runs: only the worker can notice
         process.wait(30)

@@ -71,7 +71,9 @@ def _open_client(stack: ExitStack, local: bool, config_path: str | None, control
             click.secho(f"iris: {message}", err=True, dim=True)
 
         progress("starting a local cluster")
-        return stack.enter_context(IrisClient.local(workers=1, progress=progress))
+        # The cluster is this command's first work, so its worker can be a fork of this process
+        # (much faster to start than a new interpreter); it forks only while no other thread runs.
+        return stack.enter_context(IrisClient.local(workers=1, progress=progress, fork_workers=True))
     url = stack.enter_context(open_controller_url(config_path, controller_url))
     return stack.enter_context(IrisClient.remote(url))
 

@@ -270,13 +270,15 @@ class IrisClient:
         workspace: Path | None = None,
         config=None,
         progress: Callable[[str], None] | None = None,
+        fork_workers: bool = False,
     ) -> IrisClient:
-        """Start a controller and `workers` worker processes here; `close()` stops them all."""
+        """Start a controller and `workers` worker processes here; `close()` stops them all.
+        `fork_workers`: see `LocalCluster`."""
         from iris.cluster.local_cluster import LocalCluster
         from iris.cluster.platform.local import LocalWorkerSpec
 
         specs = None if config is not None else [LocalWorkerSpec(f"local-{i}") for i in range(workers)]
-        cluster = LocalCluster(config=config, workers=specs).start(progress)
+        cluster = LocalCluster(config=config, workers=specs, fork_workers=fork_workers).start(progress)
         client = cls(cluster.url, workspace)
         client.cluster = cluster
         client._on_close.append(cluster.stop)
@@ -527,7 +529,8 @@ class Job:
         `iris run` shows while a job waits). A controller restart is ridden out, see IrisClient.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        next_status = time.monotonic() + STATUS_INTERVAL_S if on_status is not None else None
+        next_status = time.monotonic() + STATUS_INTERVAL_S
+        job_finished = False
         while True:
             response = self.client.call_riding_out_restarts(
                 "get_task_logs", pb.GetTaskLogsRequest(id=self.job_id, cursor=cursor)
@@ -539,11 +542,19 @@ class Job:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise JobTimeoutError(f"job {self.job_id} did not finish within {timeout}s")
-            if not response.lines:
-                if on_status is not None and next_status is not None and time.monotonic() >= next_status:
-                    on_status(self._status_riding_out_restarts())
-                    next_status = time.monotonic() + STATUS_INTERVAL_S
+            if response.lines:
+                continue
+            if job_finished:
+                # Finished, but an attempt is still closing: its last lines are on their way.
                 time.sleep(poll_interval)
+                continue
+            # Instead of a sleep, a wait the controller ends as soon as the job finishes: a short
+            # job's last lines arrive with its end, and are read then rather than up to a poll later.
+            status = self._status_riding_out_restarts(wait_s=poll_interval, until_finished=True)
+            job_finished = status.state in TERMINAL_JOB_STATES
+            if on_status is not None and time.monotonic() >= next_status:
+                on_status(status)
+                next_status = time.monotonic() + STATUS_INTERVAL_S
 
     def wait(
         self,

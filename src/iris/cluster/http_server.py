@@ -12,6 +12,7 @@ import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
@@ -71,13 +72,50 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _PromptServer(uvicorn.Server):
+    """uvicorn looks at `should_exit` every 0.1 s; here a stop (`request_exit`, or SIGTERM/SIGINT
+    to a daemon serving in the foreground) also wakes that loop at once. A local cluster stops its
+    controller and then its workers, each paying the wait otherwise."""
+
+    def __init__(self, config: uvicorn.Config):
+        super().__init__(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):
+            # Counted as uvicorn counts: on_tick's once-a-second work keys on it.
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+
+    def request_exit(self) -> None:
+        """From any thread."""
+        self.should_exit = True
+        self._wake_loop()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._wake_loop()
+
+    def _wake_loop(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is None or wake is None:
+            return  # not serving yet: the loop sees should_exit on its first look
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(wake.set)
+
+
 class HttpServer:
     """Runs a Starlette app on a bound socket, in the foreground or in a background thread."""
 
     def __init__(self, app: Starlette, sock: socket.socket):
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
-        self._server = uvicorn.Server(
+        self._server = _PromptServer(
             uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
         )
         self._thread: threading.Thread | None = None
@@ -95,7 +133,7 @@ class HttpServer:
             raise RuntimeError("the HTTP server did not start; see the log above for the reason")
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        self._server.request_exit()
         if self._thread is not None:
             self._thread.join(10)
         self._sock.close()

@@ -3,7 +3,9 @@
 Two ways to get workers: a config with scale groups gets them from the autoscaler and the
 LocalPlatform (min_slices at start, more on demand), exactly as a cloud cluster would; without
 scale groups, a fixed list of worker daemons is started (`IrisClient.local(workers=N)`,
-`iris run --local`). Either way each worker is a real daemon talking Connect RPC.
+`iris run --local`). Either way each worker is a real daemon talking Connect RPC. With
+`fork_workers` the fixed workers are forks of this process rather than new interpreters (see
+`iris.cluster.local_worker`), when this process runs a single thread at that moment.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -21,7 +24,8 @@ from iris.cluster import task_env
 from iris.cluster.auth.tokens import AuthMode, parse_mode
 from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.http_server import bind_socket, url_for
-from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker
+from iris.cluster.local_worker import ForkedProcess, can_fork, fork_worker
+from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker, worker_args
 from iris.config import apply_defaults
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import config_pb2
@@ -42,7 +46,11 @@ class LocalCluster:
         port: int = 0,
         worker_env: dict[str, str] | None = None,
         config_path: str | None = None,
+        fork_workers: bool = False,
     ):
+        """`fork_workers` is for a program that starts a local cluster as its first act, such as
+        `iris run --local`: a fork copies the whole process, which must hold nothing a worker
+        should not inherit."""
         self._tempdir = None
         if state_dir is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="iris-local-")
@@ -60,8 +68,9 @@ class LocalCluster:
         self.worker_specs = workers or []
         self._port = port
         self._worker_env = worker_env or {}
+        self._fork_workers = fork_workers
         self.daemon: ControllerDaemon | None = None
-        self.worker_processes: dict[str, subprocess.Popen] = {}
+        self.worker_processes: dict[str, subprocess.Popen | ForkedProcess] = {}
 
     @property
     def url(self) -> str:
@@ -87,7 +96,7 @@ class LocalCluster:
         try:
             if workers_first:
                 for spec in self.worker_specs:
-                    self._spawn_worker(spec, controller_url, worker_token="")
+                    self._spawn_worker(spec, controller_url, worker_token="", listening=sock)
             # Imported here so that the workers above start before this import's time is spent.
             from iris.cluster.controller.main import ControllerDaemon
 
@@ -116,18 +125,30 @@ class LocalCluster:
             raise
         return self
 
-    def start_worker(self, spec: LocalWorkerSpec) -> subprocess.Popen:
+    def start_worker(self, spec: LocalWorkerSpec) -> subprocess.Popen | ForkedProcess:
         assert self.daemon is not None
         return self._spawn_worker(spec, self.daemon.url, self.daemon.worker_token())
 
-    def _spawn_worker(self, spec: LocalWorkerSpec, controller_url: str, worker_token: str) -> subprocess.Popen:
+    def _spawn_worker(
+        self,
+        spec: LocalWorkerSpec,
+        controller_url: str,
+        worker_token: str,
+        listening: socket.socket | None = None,
+    ) -> subprocess.Popen | ForkedProcess:
+        """`listening` is the controller's socket, which a forked worker must not keep open."""
         kill_grace = self.config.defaults.timeouts.kill_grace_period.milliseconds / 1000
         work_dir = self.state_dir / "workers" / spec.worker_id.replace("/", "_")
         env = dict(self._worker_env)
         if worker_token:
             env[task_env.WORKER_TOKEN] = worker_token
         # Fixed workers are not slices: no later controller adopts them, so they end with this process.
-        process = spawn_worker(spec, controller_url, work_dir, kill_grace, env, exit_with_pid=os.getpid())
+        process: subprocess.Popen | ForkedProcess
+        if self._fork_workers and can_fork():
+            args = worker_args(spec, controller_url, work_dir, kill_grace, exit_with_pid=os.getpid())
+            process = fork_worker(args, work_dir / "worker.log", env, [listening] if listening else [])
+        else:
+            process = spawn_worker(spec, controller_url, work_dir, kill_grace, env, exit_with_pid=os.getpid())
         self.worker_processes[spec.worker_id] = process
         return process
 
@@ -146,7 +167,9 @@ class LocalCluster:
                     )
             return len(self.healthy_worker_ids()) >= count
 
-        wait_until(ready, timeout, 0.05, f"{count} local worker(s) to register")
+        # A worker started beside the controller registers as soon as it serves: a short poll
+        # keeps a cold start from waiting most of an interval for a registration already made.
+        wait_until(ready, timeout, 0.01, f"{count} local worker(s) to register")
 
     def stop_worker(self, worker_id: str, sig: int = signal.SIGTERM) -> None:
         process = self.worker_processes.pop(worker_id)

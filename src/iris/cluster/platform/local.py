@@ -62,6 +62,32 @@ class LocalWorkerSpec:
     gpu_spec: str = ""
 
 
+def worker_args(
+    spec: LocalWorkerSpec,
+    controller_url: str,
+    work_dir: Path,
+    kill_grace_s: float,
+    exit_with_pid: int | None = None,
+) -> list[str]:
+    """The worker daemon's arguments after `python -m iris.cluster.worker.main`, on a free port."""
+    args = [
+        "serve",
+        "--controller-address", controller_url,
+        "--host", "127.0.0.1",
+        "--port", "0",
+        "--cache-dir", str(work_dir / "cache"),
+        "--runtime", "process",
+        "--worker-id", spec.worker_id,
+        "--kill-grace", str(kill_grace_s),
+    ]  # fmt: skip
+    if spec.slice_id:
+        args += ["--slice-id", spec.slice_id]
+    args += worker_offer_flags(spec.attributes, spec.cpu, spec.memory_bytes, spec.tpu_variant, spec.gpu_spec)
+    if exit_with_pid is not None:
+        args += ["--exit-with-pid", str(exit_with_pid)]
+    return args
+
+
 def spawn_worker(
     spec: LocalWorkerSpec,
     controller_url: str,
@@ -74,20 +100,9 @@ def spawn_worker(
     `exit_with_pid` the worker stops when that process ends; without, it outlives its starter."""
     work_dir.mkdir(parents=True, exist_ok=True)
     cmd = [
-        sys.executable, "-m", "iris.cluster.worker.main", "serve",
-        "--controller-address", controller_url,
-        "--host", "127.0.0.1",
-        "--port", "0",
-        "--cache-dir", str(work_dir / "cache"),
-        "--runtime", "process",
-        "--worker-id", spec.worker_id,
-        "--kill-grace", str(kill_grace_s),
+        sys.executable, "-m", "iris.cluster.worker.main",
+        *worker_args(spec, controller_url, work_dir, kill_grace_s, exit_with_pid),
     ]  # fmt: skip
-    if spec.slice_id:
-        cmd += ["--slice-id", spec.slice_id]
-    cmd += worker_offer_flags(spec.attributes, spec.cpu, spec.memory_bytes, spec.tpu_variant, spec.gpu_spec)
-    if exit_with_pid is not None:
-        cmd += ["--exit-with-pid", str(exit_with_pid)]
     with open(work_dir / "worker.log", "ab") as log:
         return subprocess.Popen(
             cmd,
