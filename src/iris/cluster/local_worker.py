@@ -21,6 +21,7 @@ child forever. So a worker is forked only while this process has a single thread
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -151,8 +152,6 @@ def _run_worker_and_exit(
 
 
 def _name_process(name: str) -> None:
-    try:
-        with open("/proc/self/comm", "w") as comm:
-            comm.write(name)
-    except OSError:
-        pass  # the name only helps a person reading a process list
+    # The name only helps a person reading a process list: a system without it loses nothing.
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write(name)
