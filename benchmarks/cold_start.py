@@ -10,7 +10,10 @@ Run: uv run python -m benchmarks.cold_start [--runs N] [--ray-runs M]
   job's output.
 
 Each sample is the time from starting the first command to the line `x` on stdout; the
-teardown after it is not counted. Runs of the three alternate, so a noisy moment on the machine
+teardown after it is not counted. Python's bytecode caches are warm, as on any machine where the
+command ran before: the packages of both sides are compiled once before the first sample, and
+the commands run without PYTHONDONTWRITEBYTECODE (set, every run would recompile every module it
+imports: about 0.2 s of CPU for Iris, more for Ray). Runs of the three alternate, so a noisy moment on the machine
 hits them alike. Every command runs in an empty directory (Iris ships the working directory as
 the job's bundle; Ray ships nothing unless asked).
 
@@ -21,6 +24,8 @@ writes to stderr (each ends a phase), the `x`, and the command's exit.
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import os
 import re
 import selectors
@@ -194,7 +199,18 @@ def _phase_ends(process: subprocess.Popen, began: float) -> dict[str, float]:
     return ends
 
 
+def warm_bytecode(with_ray: bool) -> None:
+    """Let the commands use and write bytecode caches, and fill them for the packages they import."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    packages = ["iris", "ray"] if with_ray else ["iris"]
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            compileall.compile_dir(location, quiet=1, workers=0)
+
+
 def print_phases(runs: int) -> None:
+    warm_bytecode(with_ray=False)
     workdir = tempfile.mkdtemp(prefix="iris-bench-cold-")
     try:
         samples = [iris_phases_once(workdir) for _ in range(runs)]
@@ -244,6 +260,7 @@ def measure(
 ) -> tuple[dict[str, list[float]], RayHead | None]:
     """Seconds to first output, per variant; the variants take turns. With `keep_head`, the Ray
     head of the last `ray start` sample is left running (warm) and returned."""
+    warm_bytecode(with_ray)
     results: dict[str, list[float]] = {"iris": [], "ray_driver": [], "ray_jobs": []}
     head = None
     workdir = tempfile.mkdtemp(prefix="iris-bench-cold-")
