@@ -17,7 +17,6 @@ until stdin closes or says `quit`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -135,7 +134,7 @@ def serve(count: int, sock: socket.socket) -> tuple[uvicorn.Server, threading.Th
     server = uvicorn.Server(
         uvicorn.Config(PathDispatch(apps), log_level="warning", access_log=False, lifespan="off")
     )
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
     thread.start()
     wait_until(lambda: server.started, 30, 0.01, "the fake workers' server to start")
     return server, thread
