@@ -6,7 +6,6 @@ and can register or advertise it), and so a bind failure is reported before anyt
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -78,12 +77,20 @@ class HttpServer:
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
         self._server = uvicorn.Server(
-            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+                timeout_graceful_shutdown=2,
+                loop="uvloop",
+                proxy_headers=False,
+            )
         )
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
-        asyncio.run(self._server.serve(sockets=[self._sock]))
+        self._server.run(sockets=[self._sock])
 
     def start_in_thread(self, timeout: float = 30.0) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)
