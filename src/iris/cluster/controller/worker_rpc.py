@@ -49,6 +49,7 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._parser = httptools.HttpResponseParser(self)
         self._answer: asyncio.Future[Answer] | None = None
+        self._deadline: asyncio.TimerHandle | None = None
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._received = False
@@ -86,12 +87,21 @@ class _Connection(asyncio.Protocol):
 
     # calls
 
-    def send(self, head: bytes, body: bytes) -> asyncio.Future[Answer]:
+    def send(self, head: bytes, body: bytes, deadline: float) -> asyncio.Future[Answer]:
+        """The answer to one request, or TimeoutError at `deadline` (loop time). A timer on the
+        loop instead of a timeout scope around the await: a round makes thousands of calls."""
         assert self.transport is not None
         self._headers, self._body, self._received = {}, [], False
-        self._answer = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._answer = loop.create_future()
+        self._deadline = loop.call_at(deadline, self._expire)
         self.transport.write(head + body)
         return self._answer
+
+    def _expire(self) -> None:
+        self._deadline = None
+        self._settle(TimeoutError())
+        self.close()  # a late answer must not be read as the next call's
 
     def close(self) -> None:
         self.closed = True
@@ -99,6 +109,9 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _settle(self, result: Answer | Exception) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         answer, self._answer = self._answer, None
         if answer is None or answer.done():
             return
@@ -114,22 +127,24 @@ class WorkerHeartbeatClient:
 
     def __init__(self) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
-        # Per worker address: where to connect, and the request head's lines that never change.
-        self._targets: dict[str, tuple[tuple[str, int], str]] = {}
+        # Per worker address: the headers and timeout last sent there, where to connect, and the
+        # request head up to its content length. A worker's calls differ only in their body.
+        self._heads: dict[str, tuple[tuple, tuple[str, int], bytes]] = {}
 
     async def heartbeat(
         self, address: str, request: pb.HeartbeatRequest, headers: dict[str, str], timeout_s: float
     ) -> pb.HeartbeatResponse:
-        where, fixed_head = self._targets.get(address) or self._target(address)
+        variant = (timeout_s, *headers.items())
+        known = self._heads.get(address)
+        if known is None or known[0] != variant:
+            known = self._heads[address] = (variant, *_head_for(address, headers, timeout_s))
+        _, where, head = known
         body = request.SerializeToString()
-        extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-        head = (
-            f"{fixed_head}connect-timeout-ms: {int(timeout_s * 1000)}\r\n"
-            f"content-length: {len(body)}\r\n{extra}\r\n"
-        )
         try:
-            async with asyncio.timeout(timeout_s):
-                status, answer_headers, content = await self._call(where, head.encode(), body)
+            deadline = asyncio.get_running_loop().time() + timeout_s
+            status, answer_headers, content = await self._call(
+                where, b"%scontent-length: %d\r\n\r\n" % (head, len(body)), body, deadline
+            )
         except TimeoutError:
             raise ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out") from None
         except _ConnectionEnded as exc:
@@ -138,39 +153,26 @@ class WorkerHeartbeatClient:
             raise ConnectError(Code.UNAVAILABLE, str(exc) or type(exc).__name__) from None
         return _decode_answer(status, answer_headers, content)
 
-    def _target(self, address: str) -> tuple[tuple[str, int], str]:
-        parts = urlsplit(address)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ConnectError(
-                Code.UNAVAILABLE, f"worker address {address!r} is not http://host:port (a worker serves HTTP)"
-            )
-        fixed_head = (
-            f"POST {parts.path.rstrip('/')}{HEARTBEAT_PATH} HTTP/1.1\r\n"
-            f"host: {parts.netloc}\r\n"
-            "content-type: application/proto\r\n"
-            "connect-protocol-version: 1\r\n"
-        )
-        self._targets[address] = target = ((parts.hostname, parts.port or 80), fixed_head)
-        return target
-
-    async def _call(self, where: tuple[str, int], head: bytes, body: bytes) -> Answer:
+    async def _call(self, where: tuple[str, int], head: bytes, body: bytes, deadline: float) -> Answer:
         connection = self._take_idle(where)
         if connection is not None:
             try:
-                return await self._exchange(where, connection, head, body)
+                return await self._exchange(where, connection, head, body, deadline)
             except _ConnectionEnded as exc:
                 # The worker closed the idle connection as the request went out, so it never saw
                 # the request: send it again on a new connection, as HTTP clients do.
                 if not exc.answered_nothing:
                     raise
-        _, connection = await asyncio.get_running_loop().create_connection(_Connection, *where)
-        return await self._exchange(where, connection, head, body)
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(deadline):
+            _, connection = await loop.create_connection(_Connection, *where)
+        return await self._exchange(where, connection, head, body, deadline)
 
     async def _exchange(
-        self, where: tuple[str, int], connection: _Connection, head: bytes, body: bytes
+        self, where: tuple[str, int], connection: _Connection, head: bytes, body: bytes, deadline: float
     ) -> Answer:
         try:
-            answer = await connection.send(head, body)
+            answer = await connection.send(head, body, deadline)
         except BaseException:
             connection.close()  # a late answer must not be read as the next call's
             raise
@@ -191,6 +193,25 @@ class WorkerHeartbeatClient:
             for connection in connections:
                 connection.close()
         self._idle.clear()
+
+
+def _head_for(address: str, headers: dict[str, str], timeout_s: float) -> tuple[tuple[str, int], bytes]:
+    """Where to connect for `address`, and a heartbeat request's head without its content length."""
+    parts = urlsplit(address)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConnectError(
+            Code.UNAVAILABLE, f"worker address {address!r} is not http://host:port (a worker serves HTTP)"
+        )
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    head = (
+        f"POST {parts.path.rstrip('/')}{HEARTBEAT_PATH} HTTP/1.1\r\n"
+        f"host: {parts.netloc}\r\n"
+        "content-type: application/proto\r\n"
+        "connect-protocol-version: 1\r\n"
+        f"connect-timeout-ms: {int(timeout_s * 1000)}\r\n"
+        f"{extra}"
+    )
+    return (parts.hostname, parts.port or 80), head.encode()
 
 
 def _decode_answer(status: int, headers: dict[bytes, bytes], content: bytes) -> pb.HeartbeatResponse:
