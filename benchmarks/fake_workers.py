@@ -28,7 +28,7 @@ import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.cluster.http_server import bind_socket
+from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S, bind_socket
 from iris.cluster.types import attribute_to_proto
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync, WorkerServiceASGIApplication
@@ -132,7 +132,17 @@ def serve(count: int, sock: socket.socket) -> tuple[uvicorn.Server, threading.Th
         for i in range(count)
     }
     server = uvicorn.Server(
-        uvicorn.Config(PathDispatch(apps), log_level="warning", access_log=False, lifespan="off")
+        # As a worker's HttpServer: uvloop, no access log, no proxy-headers middleware, idle
+        # connections kept between heartbeat rounds.
+        uvicorn.Config(
+            PathDispatch(apps),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            loop="uvloop",
+            proxy_headers=False,
+            timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
+        )
     )
     thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
     thread.start()

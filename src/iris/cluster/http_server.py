@@ -20,6 +20,11 @@ from iris.time import wait_until
 
 logger = logging.getLogger(__name__)
 
+# How long a server keeps an idle client connection open. uvicorn's 5 s default equals the
+# default heartbeat interval, so a worker closed the controller's connection just as the next
+# heartbeat was due and every heartbeat paid for a new connection on both ends.
+IDLE_CONNECTION_TIMEOUT_S = 120
+
 
 def build_app(
     rpc_apps: Sequence,
@@ -83,6 +88,7 @@ class HttpServer:
                 access_log=False,
                 lifespan="on",
                 timeout_graceful_shutdown=2,
+                timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
                 loop="uvloop",
                 proxy_headers=False,
             )
