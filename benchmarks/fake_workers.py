@@ -17,7 +17,6 @@ until stdin closes or says `quit`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -29,7 +28,7 @@ import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.cluster.http_server import bind_socket
+from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S, bind_socket
 from iris.cluster.types import attribute_to_proto
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync, WorkerServiceASGIApplication
@@ -133,9 +132,19 @@ def serve(count: int, sock: socket.socket) -> tuple[uvicorn.Server, threading.Th
         for i in range(count)
     }
     server = uvicorn.Server(
-        uvicorn.Config(PathDispatch(apps), log_level="warning", access_log=False, lifespan="off")
+        # As a worker's HttpServer: uvloop, no access log, no proxy-headers middleware, idle
+        # connections kept between heartbeat rounds.
+        uvicorn.Config(
+            PathDispatch(apps),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            loop="uvloop",
+            proxy_headers=False,
+            timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
+        )
     )
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
     thread.start()
     wait_until(lambda: server.started, 30, 0.01, "the fake workers' server to start")
     return server, thread

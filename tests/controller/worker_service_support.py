@@ -3,6 +3,8 @@ heartbeat RPC."""
 
 from __future__ import annotations
 
+import asyncio
+
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
@@ -13,12 +15,17 @@ from iris.rpc.cluster_connect import WorkerService, WorkerServiceASGIApplication
 
 class AnsweringWorker(WorkerService):
     """Answers a heartbeat with one running task per task it is asked to run; refuses one meant
-    for another worker like the real worker does."""
+    for another worker like the real worker does; never answers once `hang` is set."""
 
     def __init__(self, worker_id: str):
         self.worker_id = worker_id
+        self.hang = False
+        self.authorizations: list[str] = []
 
     async def heartbeat(self, request: pb.HeartbeatRequest, ctx) -> pb.HeartbeatResponse:
+        self.authorizations.append(ctx.request_headers.get("authorization", ""))
+        if self.hang:
+            await asyncio.Event().wait()
         if request.worker_id != self.worker_id:
             raise ConnectError(
                 Code.FAILED_PRECONDITION, f"this is worker {self.worker_id}, not {request.worker_id}"

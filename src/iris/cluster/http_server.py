@@ -22,6 +22,11 @@ from iris.time import wait_until
 
 logger = logging.getLogger(__name__)
 
+# How long a server keeps an idle client connection open. uvicorn's 5 s default equals the
+# default heartbeat interval, so a worker closed the controller's connection just as the next
+# heartbeat was due and every heartbeat paid for a new connection on both ends.
+IDLE_CONNECTION_TIMEOUT_S = 120
+
 
 def build_app(
     rpc_apps: Sequence,
@@ -116,12 +121,21 @@ class HttpServer:
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
         self._server = _PromptServer(
-            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+                timeout_graceful_shutdown=2,
+                timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
+                loop="uvloop",
+                proxy_headers=False,
+            )
         )
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
-        asyncio.run(self._server.serve(sockets=[self._sock]))
+        self._server.run(sockets=[self._sock])
 
     def start_in_thread(self, timeout: float = 30.0) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)

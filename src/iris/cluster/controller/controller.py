@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-import pyqwest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
@@ -32,10 +31,10 @@ from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
+from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
 from iris.cluster.task_env import TOKEN
 from iris.cluster.types import TERMINAL_JOB_STATES
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc.cluster_connect import WorkerServiceClient
 from iris.time import ExponentialBackoff, now_ms
 
 logger = logging.getLogger(__name__)
@@ -117,8 +116,7 @@ class Controller:
         self._schedule_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task] = set()
-        self._http = pyqwest.Client()
-        self._worker_clients: dict[str, WorkerServiceClient] = {}
+        self._heartbeat_client = WorkerHeartbeatClient()
         # Per worker, who waits for its next heartbeat round to end (whether it was answered).
         self._round_waiters: dict[str, list[asyncio.Future[bool]]] = {}
         self._stopping = False
@@ -168,6 +166,7 @@ class Controller:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        self._heartbeat_client.close()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -351,13 +350,6 @@ class Controller:
         except Exception:
             logger.exception("sampling the cluster for the dashboard failed")
 
-    def _client_for(self, address: str) -> WorkerServiceClient:
-        client = self._worker_clients.get(address)
-        if client is None:
-            client = WorkerServiceClient(address, http_client=self._http, send_compression=None)
-            self._worker_clients[address] = client
-        return client
-
     async def _heartbeat_worker(self, worker_id: str) -> None:
         """Heartbeat rounds to one worker, back to back while the core wants another."""
         waiting: list[asyncio.Future[bool]] = []
@@ -392,10 +384,11 @@ class Controller:
                 chaos.maybe_fail(chaos.CONTROLLER_DISPATCH, _unreachable)
             chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT, _unreachable)
             async with self._heartbeat_slots:
-                response = await self._client_for(heartbeat.address).heartbeat(
+                response = await self._heartbeat_client.heartbeat(
+                    heartbeat.address,
                     self._with_task_tokens(heartbeat.request),
-                    headers=headers,
-                    timeout_ms=int(self.settings.heartbeat_rpc_timeout_s * 1000),
+                    headers,
+                    self.settings.heartbeat_rpc_timeout_s,
                 )
             # The worker acted on the request; only its answer is lost.
             chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT_ANSWER, _timed_out)
