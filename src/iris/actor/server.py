@@ -36,7 +36,6 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import cloudpickle
-import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
@@ -146,28 +145,6 @@ class ActorService:
         return apb.ActorHealthResponse(healthy=True, actor_names=sorted(self._actors))
 
 
-class _ActorHttpServer(HttpServer):
-    """The actor port serves nothing but ActorService, and actor calls are the one latency-bound
-    path: the Connect app runs bare (no router, no proxy-header rewriting) on uvicorn's fastest
-    event loop (uvloop when installed)."""
-
-    def __init__(self, app: ActorServiceASGIApplication, sock: socket.socket):
-        super().__init__(app, sock)
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                log_level="warning",
-                access_log=False,
-                lifespan="off",
-                proxy_headers=False,
-                timeout_graceful_shutdown=2,
-            )
-        )
-
-    def serve_forever(self) -> None:
-        self._server.run(sockets=[self._sock])
-
-
 def _route_host(controller_address: str) -> str | None:
     """The local address this machine uses to reach the controller, i.e. the one the controller's
     other clients can most likely reach us on. A UDP connect sends nothing."""
@@ -207,7 +184,7 @@ class ActorServer:
             if max_threads
             else None
         )
-        self._http: _ActorHttpServer | None = None
+        self._http: HttpServer | None = None
         self._controller: IrisClient | None = None
         self._endpoint_ids: dict[str, str] = {}
         self._stopped = threading.Event()
@@ -248,9 +225,10 @@ class ActorServer:
             raise RuntimeError(f"this actor server is already serving at {self.url}")
         sock = bind_socket(self._host, self._port)
         service = ActorService(self._actors, self._executor)
-        self._http = _ActorHttpServer(
-            ActorServiceASGIApplication(service, read_max_bytes=MAX_MESSAGE_BYTES), sock
-        )
+        # The actor port serves nothing but ActorService, and actor calls are the one
+        # latency-bound path: the Connect app runs bare, without a router or a lifespan.
+        app = ActorServiceASGIApplication(service, read_max_bytes=MAX_MESSAGE_BYTES)
+        self._http = HttpServer(app, sock, lifespan="off")
         self._http.start_in_thread()
         self.url = f"http://{self._advertised_host()}:{self._http.port}"
         if self._ctx is not None and self._ctx.controller_address:

@@ -13,6 +13,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -115,9 +116,10 @@ class _PromptServer(uvicorn.Server):
 
 
 class HttpServer:
-    """Runs a Starlette app on a bound socket, in the foreground or in a background thread."""
+    """Runs an ASGI app (a Starlette app, or a bare Connect app with `lifespan="off"`) on a bound
+    socket, in the foreground or in a background thread."""
 
-    def __init__(self, app: Starlette, sock: socket.socket):
+    def __init__(self, app: Any, sock: socket.socket, lifespan: str = "on"):
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
         self._server = _PromptServer(
@@ -125,7 +127,7 @@ class HttpServer:
                 app,
                 log_level="warning",
                 access_log=False,
-                lifespan="on",
+                lifespan=lifespan,
                 timeout_graceful_shutdown=2,
                 timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
                 loop="uvloop",
