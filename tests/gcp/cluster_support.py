@@ -4,8 +4,6 @@ test host's loopback only."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,22 +11,16 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 from fakes.gcp import FakeGcp
-
-from iris.time import wait_until
+from smoke_support import RunningIris, stop_group
 
 IRIS = [sys.executable, "-m", "iris.cli.main"]
 COMMAND_TIMEOUT_S = 240.0
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "eu-west4.yaml"
-SMOKE_TEST = REPO / "scripts" / "smoke-test.py"
-SMOKE_JOB_TIMEOUT_S = 300
-# Start, a slice from zero, a second one in parallel and four validation jobs, on a loaded machine.
-SMOKE_PAUSE_TIMEOUT_S = 540
-READER_JOIN_TIMEOUT_S = 10
 # What examples/eu-west4.yaml names.
 CLUSTER = "eu-west4"
 GROUP = "tpu_v5e_16"
@@ -135,29 +127,6 @@ def iris(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProc
     )
 
 
-class RunningIris:
-    """A command left running; the lines of one of its outputs (stderr unless told) as they come."""
-
-    def __init__(self, process: subprocess.Popen[str], stream: IO[str] | None = None):
-        self.process = process
-        self._stream = stream or process.stderr
-        self._lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self._stream is not None
-        for line in self._stream:
-            self._lines.append(line.rstrip("\n"))
-
-    def lines(self) -> list[str]:
-        return list(self._lines)
-
-    def done(self) -> None:
-        """Wait until everything the command printed before it exited has been read."""
-        self._reader.join(READER_JOIN_TIMEOUT_S)
-
-
 @contextmanager
 def running_iris(*args: str, cwd: Path, env: dict[str, str]) -> Iterator[RunningIris]:
     """Start `iris ARGS` in its own process group, stopped when the block ends."""
@@ -170,61 +139,7 @@ def running_iris(*args: str, cwd: Path, env: dict[str, str]) -> Iterator[Running
     try:
         yield RunningIris(process)
     finally:
-        _stop_group(process)
-
-
-def _stop_group(process: subprocess.Popen[str]) -> None:
-    """SIGTERM to the process group a command leads, SIGKILL if it is still there after a while."""
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-class SmokeTestRun:
-    """scripts/smoke-test.py with --pause-before-cleanup, started in its own process group: the
-    cluster it validated stays up until `finish()` lets it go on to its cleanup."""
-
-    def __init__(self, config: Path, prefix: str, log_dir: Path, cwd: Path, env: dict[str, str]):
-        env = {**env}
-        env.pop("IRIS_CONTROLLER_URL", None)
-        self.config_file = log_dir / "cluster.yaml"
-        self.process = subprocess.Popen(
-            [sys.executable, str(SMOKE_TEST), "--config", str(config), "--prefix", prefix, "--no-build-images",
-             "--job-timeout", str(SMOKE_JOB_TIMEOUT_S), "--log-dir", str(log_dir), "--pause-before-cleanup"],
-            cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
-        )  # fmt: skip
-        self._output = RunningIris(self.process, self.process.stdout)
-
-    def output(self) -> str:
-        return "\n".join(self._output.lines())
-
-    def wait_until_paused(self) -> None:
-        def paused() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"the smoke test ended (exit {self.process.returncode}):\n{self.output()}")
-            return "press Enter to clean up" in self.output()
-
-        try:
-            wait_until(paused, SMOKE_PAUSE_TIMEOUT_S, 0.5, "the smoke test to finish its jobs")
-        except TimeoutError:
-            raise AssertionError(f"the smoke test did not finish its jobs:\n{self.output()}") from None
-
-    def finish(self) -> subprocess.Popen[str]:
-        """Let it clean up and wait for it to exit."""
-        assert self.process.stdin is not None
-        self.process.stdin.write("\n")
-        self.process.stdin.close()
-        self.process.wait(COMMAND_TIMEOUT_S)
-        self._output.done()
-        return self.process
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            _stop_group(self.process)
+        stop_group(process)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

@@ -22,7 +22,6 @@ from cluster_support import (
     V5E_16_CHIPS,
     ZONES,
     ApiRelay,
-    SmokeTestRun,
     cluster_config,
     controller_gcloud_env,
     gcloud_settings,
@@ -34,6 +33,7 @@ from cluster_support import (
 from conftest import Gcloud
 from fakes.gcp import FakeGcp
 from netns import HostNetwork
+from smoke_support import SmokeTestRun
 
 from iris.client import IrisClient
 from iris.cluster.types import Entrypoint, ResourceSpec, tpu_device
@@ -103,8 +103,7 @@ def test_gcp_cluster_smoke_test_passes_then_cli_tpu_job_reload_restart_preemptio
     smoke = SmokeTestRun(user_config, LABEL_PREFIX, tmp_path / "smoke-logs", cwd=workspace, env=cli)
     try:
         smoke.wait_until_paused()
-        for step in ("start cluster", "simple job", "concurrent jobs", "coscheduled job", "accelerator job"):
-            assert f"PASS  {step} " in smoke.output(), smoke.output()
+        smoke.assert_every_step_passed()
         assert "4 tasks placed together on" in smoke.output() and "accelerator=tpu" in smoke.output()
         # The smoke test's config: the user's with the run's prefix as the cluster's name.
         config_file = smoke.config_file

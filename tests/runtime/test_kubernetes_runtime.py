@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from runtime_support import lines, py
 from iris.cluster.runtime.kubernetes import (
     KubernetesRuntime,
     KubernetesSettings,
+    NodeRoom,
     label_value,
     pod_name,
     task_pod_manifest,
@@ -457,3 +459,126 @@ def test_task_container_the_runtime_refuses_to_create_fails_with_create_containe
 
     assert time.monotonic() - started < 30
     assert "CreateContainerError" in str(excinfo.value) and "memory" in str(excinfo.value).lower()
+
+
+# -- sharing the worker's node -------------------------------------------------------------------
+
+ABSENT_IMAGE = "iris-test/absent:1"
+
+
+def _node_pod(
+    name: str, node: str, resources: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Pod bound to `node` that only holds its requests (its image is never there to run)."""
+    container = {"name": "c", "image": ABSENT_IMAGE, "resources": resources}
+    spec = {"nodeName": node, "containers": [container]}
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+
+
+@contextlib.contextmanager
+def _node(kubernetes_cluster: FakeKubernetes, core: Any, capacity: dict[str, str]) -> Iterator[str]:
+    name = f"shared-{uuid.uuid4().hex[:6]}"
+    kubernetes_cluster.add_node(name, capacity={**capacity, "pods": "110"})
+    try:
+        yield name
+    finally:
+        core.delete_node(name)
+
+
+def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_request(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, task_image: str
+) -> None:
+    with _node(kubernetes_cluster, core, {"cpu": "64", "memory": "256Gi"}) as node:
+        # The controller (requests equal to limits), a daemon giving only limits (its requests),
+        # and a task Pod of this very worker, whose room is what the worker offers.
+        guaranteed = {"cpu": "2", "memory": "4Gi"}
+        core.create_namespaced_pod(
+            namespace, _node_pod("controller", node, {"requests": guaranteed, "limits": guaranteed})
+        )
+        core.create_namespaced_pod(
+            namespace, _node_pod("daemon", node, {"limits": {"cpu": "500m", "memory": "256Mi"}})
+        )
+        own = {"iris.managed": "true", "iris.owner": "worker"}
+        core.create_namespaced_pod(namespace, _node_pod("own-task", node, {"requests": {"cpu": "10"}}, own))
+        settings = KubernetesSettings(
+            namespace=namespace, node_name=node, owner_pod_name="worker", helper_image=task_image
+        )
+        runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+
+        room = runtime.node_room()
+
+    assert room == NodeRoom(cpu_millicores=61_500, memory_bytes=(256 * 1024 - 4 * 1024 - 256) * 2**20)
+
+
+@pytest.mark.timeout(120)
+def test_task_pod_its_node_cannot_fit_fails_the_attempt_with_the_schedulers_reason(
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
+) -> None:
+    with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
+        core.create_namespaced_pod(namespace, _node_pod("controller", node, {"requests": {"cpu": "2"}}))
+        settings = KubernetesSettings(
+            namespace=namespace, node_name=node, helper_image=task_image, unschedulable_grace_s=2
+        )
+        runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+        handle = runtime.create_container(
+            _config(tmp_path, docker_engine.base_image, ["true"], cpu_millicores=8000)
+        )
+        started = time.monotonic()
+        try:
+            with pytest.raises(ContainerError) as excinfo:
+                handle.run()
+            status = handle.status()
+        finally:
+            handle.cleanup()
+
+    assert time.monotonic() - started < 30
+    assert "could not be scheduled for 2s" in str(excinfo.value)
+    assert "Insufficient cpu" in str(excinfo.value)
+    assert status.phase == ContainerPhase.EXITED and "Insufficient cpu" in status.error
+
+
+@pytest.mark.timeout(120)
+def test_task_pod_runs_once_a_pod_leaving_its_node_makes_room_within_the_grace(
+    kubernetes_cluster: FakeKubernetes,
+    core: Any,
+    namespace: str,
+    docker_engine: DockerEngine,
+    tmp_path: Path,
+    task_image: str,
+) -> None:
+    with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
+        # An earlier attempt still holding the node, on its way out.
+        core.create_namespaced_pod(namespace, _node_pod("leaving", node, {"requests": {"cpu": "6"}}))
+        settings = KubernetesSettings(
+            namespace=namespace, node_name=node, helper_image=task_image, unschedulable_grace_s=60
+        )
+        runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+        handle = runtime.create_container(
+            _config(tmp_path, docker_engine.base_image, ["echo", "ran-after-room"], cpu_millicores=4000)
+        )
+
+        def unschedulable() -> bool:
+            pods = core.list_namespaced_pod(namespace, label_selector="iris.managed=true").items
+            return any(
+                c.type == "PodScheduled" and c.reason == "Unschedulable"
+                for pod in pods
+                for c in pod.status.conditions or []
+            )
+
+        try:
+            runner = threading.Thread(target=handle.run, daemon=True)
+            runner.start()
+            wait_until(unschedulable, 30, 0.1, "the task Pod to be unschedulable")
+            core.delete_namespaced_pod("leaving", namespace, grace_period_seconds=0)
+            runner.join(60)
+            status = handle.wait(timeout=60)
+        finally:
+            handle.cleanup()
+
+    assert status.phase == ContainerPhase.EXITED and status.exit_code == 0, status.error
+    assert lines(handle, "stdout") == ["ran-after-room"]

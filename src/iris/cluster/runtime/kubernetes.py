@@ -25,9 +25,10 @@ placed it by, but needs nothing from that host: it brings its own workdir:
 
 Logs come from the `log` subresource, followed per stream (stdout and stderr apart, the API's
 `stream` parameter); exit codes, OOMKilled and start failures from the container statuses, followed
-with a watch; kill deletes the Pod with the grace period (the kubelet sends SIGTERM, then SIGKILL);
-stats come from the metrics API (metrics-server), which reports no process count, so a running Pod
-counts its running task container.
+with a watch (a Pod the scheduler cannot place on its worker's node fails its attempt with the
+scheduler's reason after UNSCHEDULABLE_GRACE_SECONDS); kill deletes the Pod with the grace period
+(the kubelet sends SIGTERM, then SIGKILL); stats come from the metrics API (metrics-server), which
+reports no process count, so a running Pod counts its running task container.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +111,12 @@ _WATCH_SECONDS = 60
 _EXEC_SECONDS = 120
 _FOLLOWER_JOIN_SECONDS = 10.0
 _STOP_SETTLE_SECONDS = 30.0
+# How long a task Pod may stay unschedulable before its attempt fails with the scheduler's reason.
+# The Pod is pinned to its worker's node, so no autoscaler can make room for it: room appears only
+# when Pods already on the node end, and a deleted Pod takes up to its termination grace period to
+# go (Kubernetes' default terminationGracePeriodSeconds is 30 s; an attempt the worker kills, its
+# kill_grace_period). Twice that default covers a Pod on its way out.
+UNSCHEDULABLE_GRACE_SECONDS = 60.0
 _MAX_POOL_SIZE = 64
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
@@ -145,6 +153,7 @@ class KubernetesSettings:
     # Image with iris for the Pod's workdir containers; the worker's own Pod's image when empty
     # (outside a cluster: the task image).
     helper_image: str = ""
+    unschedulable_grace_s: float = UNSCHEDULABLE_GRACE_SECONDS
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> KubernetesSettings:
@@ -314,6 +323,59 @@ def task_pod_manifest(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+@dataclass(frozen=True)
+class NodeRoom:
+    """What a worker's node has left for the worker's task Pods."""
+
+    cpu_millicores: int
+    memory_bytes: int
+
+
+def _quantity(text: Any) -> float:
+    from kubernetes.utils import parse_quantity
+
+    return float(parse_quantity(str(text)))
+
+
+def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
+    """What the scheduler counts a Pod as taking from its node: per resource, the larger of its
+    containers' requests summed and its largest init container's (a request not given is the
+    limit, as the API server defaults it)."""
+
+    def requested(container: dict[str, Any]) -> dict[str, float]:
+        resources = container.get("resources") or {}
+        amounts = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: _quantity(value) for name, value in amounts.items()}
+
+    spec = pod.get("spec") or {}
+    total: dict[str, float] = {}
+    for container in spec.get("containers") or []:
+        for name, amount in requested(container).items():
+            total[name] = total.get(name, 0.0) + amount
+    for container in spec.get("initContainers") or []:
+        for name, amount in requested(container).items():
+            total[name] = max(total.get(name, 0.0), amount)
+    return total
+
+
+def node_room(node: dict[str, Any], pods: list[dict[str, Any]], owner: str) -> NodeRoom:
+    """The node's allocatable cpu and memory minus what the live Pods on it request, except the
+    task Pods of worker `owner` (they use the room this worker offers)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    cpu = _quantity(allocatable.get("cpu", 0))
+    memory = _quantity(allocatable.get("memory", 0))
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        own_task = labels.get(LABEL_MANAGED) == "true" and labels.get(LABEL_OWNER) == owner
+        if own_task or phase in ("Succeeded", "Failed"):
+            continue
+        requests = pod_requests(pod)
+        cpu -= requests.get("cpu", 0.0)
+        memory -= requests.get("memory", 0.0)
+    return NodeRoom(cpu_millicores=max(0, int(cpu * 1000)), memory_bytes=max(0, int(memory)))
+
+
 def step_container(index: int) -> str:
     return f"setup-{index}"
 
@@ -353,6 +415,18 @@ def _fatal_waiting(pod: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
+def _unschedulable(pod: dict[str, Any] | None) -> str | None:
+    """The scheduler's message while it cannot place the Pod (PodScheduled False, Unschedulable)."""
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return str(condition.get("message") or "Unschedulable")
+    return None
+
+
 class PodWatch:
     """The latest state of one Pod, kept current by a watch (resumed from the last version seen).
 
@@ -377,6 +451,11 @@ class PodWatch:
         """Block until `done(pod, deleted)` holds or the watch was stopped; False after `timeout` seconds."""
         with self._changed:
             return self._changed.wait_for(lambda: self._stopped or done(self.pod, self.deleted), timeout)
+
+    @property
+    def stopped(self) -> bool:
+        with self._changed:
+            return self._stopped
 
     def stop(self) -> None:
         with self._changed:
@@ -686,7 +765,8 @@ class KubernetesContainerHandle(EngineContainerHandle):
             return self._attempt_watch
 
     def _await_running(self, watch: PodWatch, container: str) -> None:
-        """Wait until `container` runs or ended; raise with the kubelet's reason if it cannot start."""
+        """Wait until `container` runs or ended; raise with the kubelet's reason if it cannot start,
+        or with the scheduler's once the Pod stayed unschedulable for the settings' grace."""
 
         def fill_failed(pod: dict[str, Any] | None) -> bool:
             return _state(pod, FILL_CONTAINER).get("terminated", {}).get("exitCode", 0) != 0
@@ -703,7 +783,25 @@ class KubernetesContainerHandle(EngineContainerHandle):
                 or fill_failed(pod)
             )
 
-        watch.wait_for(started_or_stuck, None)
+        grace = self._runtime.settings.unschedulable_grace_s
+        unschedulable_since: float | None = None
+        while True:
+            # Wakes when the Pod starts or gets stuck, when it becomes (or stops being)
+            # unschedulable, and when it has been unschedulable for the whole grace.
+            timeout = None if unschedulable_since is None else unschedulable_since + grace - time.monotonic()
+            settled = watch.wait_for(
+                lambda pod, deleted: started_or_stuck(pod, deleted)
+                or (_unschedulable(pod) is None) != (unschedulable_since is None),
+                None if timeout is None else max(timeout, 0.0),
+            )
+            if not settled:
+                raise ContainerError(
+                    f"Pod {self.container_id} could not be scheduled for {grace:.0f}s: "
+                    f"{_unschedulable(watch.pod)}"
+                )
+            if watch.stopped or started_or_stuck(watch.pod, watch.deleted):
+                break
+            unschedulable_since = None if _unschedulable(watch.pod) is None else time.monotonic()
         pod, deleted = watch.pod, watch.deleted
         state = _state(pod, container)
         if "running" in state or "terminated" in state:
@@ -852,6 +950,24 @@ class KubernetesRuntime:
                 f"cannot read the worker's Pod {self.settings.owner_pod_name!r}: {_explain(exc)}"
             ) from exc
         return pod.spec.containers[0].image
+
+    def node_room(self) -> NodeRoom | None:
+        """What the worker's node has left for its task Pods (None outside a node): other Pods there,
+        such as daemonsets or the controller, hold part of the node for good."""
+        node_name = self.settings.node_name
+        if not node_name:
+            return None
+        try:
+            node = json.loads(self._core.read_node(node_name, _preload_content=False).data)
+            listing = self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed",
+                _preload_content=False,
+            )
+        except _api_errors() as exc:
+            raise ContainerError(
+                f"cannot read what node {node_name} has left for tasks: {_explain(exc)}"
+            ) from exc
+        return node_room(node, json.loads(listing.data).get("items") or [], self.settings.owner)
 
     def create_container(self, config: ContainerConfig) -> KubernetesContainerHandle:
         check_config(config, "kubernetes")

@@ -100,6 +100,26 @@ def _stop_when_process_ends(pid: int) -> None:
     threading.Thread(target=watch, name="exit-with-pid", daemon=True).start()
 
 
+def _offer_no_more_than_the_node_has_left(runtime: ContainerRuntime, metadata: pb.WorkerMetadata) -> None:
+    """A worker whose tasks are Pods shares its node with other Pods (daemonsets, the controller):
+    offering more than they leave would let the controller place tasks the scheduler cannot."""
+    from iris.cluster.runtime.kubernetes import KubernetesRuntime
+
+    if not isinstance(runtime, KubernetesRuntime):
+        return
+    try:
+        room = runtime.node_room()
+    except ContainerError as exc:
+        raise click.ClickException(str(exc)) from None
+    if room is None:
+        return
+    if room.cpu_millicores < metadata.cpu_millicores or room.memory_bytes < metadata.memory_bytes:
+        logger.info("node %s has %dm cpu and %d bytes of memory left for tasks", runtime.settings.node_name,
+                    room.cpu_millicores, room.memory_bytes)
+    metadata.cpu_millicores = min(metadata.cpu_millicores, room.cpu_millicores)
+    metadata.memory_bytes = min(metadata.memory_bytes, room.memory_bytes)
+
+
 @click.group()
 def cli() -> None:
     """The Iris worker daemon."""
@@ -198,6 +218,7 @@ def serve(
     if slice_id:
         reported[ATTR_SLICE_ID] = slice_id
     metadata = probe(cache, options.runtime, cpu, memory_bytes, reported, device)
+    _offer_no_more_than_the_node_has_left(container_runtime, metadata)
     if advertise_host:
         # The host's name may not resolve to where others reach it; a gang's peer list
         # (TPU_WORKER_HOSTNAMES) must name the address the controller was told.
