@@ -37,6 +37,8 @@ TASK_MEMORY = "128MB"
 # Each step needs at least this many concurrent jobs to make the autoscaler provision in parallel.
 CONCURRENT_JOBS = 3
 CONCURRENT_HOLD_S = 3
+# The share of a worker's configured CPU that a concurrent job asks for (see Target.resources).
+WHOLE_WORKER_SHARE = 0.6
 POLL_INTERVAL_S = 0.5
 # sum(i * i for i in range(64)): what the accelerator job's computation must print.
 EXPECTED_RESULT = 85344.0
@@ -79,7 +81,11 @@ class Target:
     hosts_per_slice: int
 
     def resources(self, whole_worker: bool = False) -> ResourceSpec:
-        cpu = self.worker_cpu if whole_worker and self.worker_cpu else 0.1
+        # More than half of what the group's workers are configured with, so that no worker holds
+        # two such jobs, but not all of it: a worker offers less when other Pods or daemons on
+        # its host already hold a share, and a job asking for the configured amount would never
+        # be placed there.
+        cpu = self.worker_cpu * WHOLE_WORKER_SHARE if whole_worker and self.worker_cpu else 0.1
         return ResourceSpec(cpu=cpu, memory=TASK_MEMORY, device=self.device)
 
     @property
