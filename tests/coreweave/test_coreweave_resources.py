@@ -87,7 +87,7 @@ def test_s3_secret_without_credentials_names_the_variables() -> None:
     assert secret["stringData"] == {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
 
 
-def test_cluster_role_has_exactly_the_seed_permissions() -> None:
+def test_cluster_role_has_the_seed_permissions_and_reading_events_only() -> None:
     [_, role, binding] = res.rbac("iris")
 
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
@@ -95,7 +95,7 @@ def test_cluster_role_has_exactly_the_seed_permissions() -> None:
     expected = (
         {("compute.coreweave.com", "nodepools", v) for v in writes}
         | {("", r, v) for r in ("pods", "pods/exec", "pods/log", "configmaps") for v in writes}
-        | {("", "nodes", v) for v in ("get", "list", "watch")}
+        | {("", r, v) for r in ("nodes", "events") for v in ("get", "list", "watch")}
     )
     assert granted == expected
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "iris-controller", "namespace": "iris"}]

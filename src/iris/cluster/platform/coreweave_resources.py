@@ -37,7 +37,10 @@ CONFIG_FAILURES = frozenset({"CreateContainerConfigError"})
 POD_IP_ENV = "IRIS_POD_IP"
 MOUNT_FAILURES = frozenset({"FailedMount", "FailedAttachVolume"})
 
-# seed 001 section 5, exactly: the controller and the workers act through this role.
+# seed 001 section 5: the controller and the workers act through this role. One rule is beyond the
+# seed's list: reading Events, which is how the controller learns why a worker Pod cannot mount
+# its volumes or is still being pulled (a Pod's status does not say); without it the API server
+# refuses those reads and a slice's failure shows no reason.
 CLUSTER_ROLE_RULES: list[dict[str, list[str]]] = [
     {
         "apiGroups": ["compute.coreweave.com"],
@@ -50,6 +53,7 @@ CLUSTER_ROLE_RULES: list[dict[str, list[str]]] = [
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
