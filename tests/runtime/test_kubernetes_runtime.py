@@ -488,18 +488,18 @@ def _node(kubernetes_cluster: FakeKubernetes, core: Any, capacity: dict[str, str
 def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_request(
     kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, task_image: str
 ) -> None:
-    with _node(kubernetes_cluster, core, {"cpu": "64", "memory": "256Gi"}) as node:
-        # The controller (requests equal to limits), a daemon giving only limits (its requests),
-        # and a task Pod of this very worker, whose room is what the worker offers.
+    with _node(kubernetes_cluster, core, {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"}) as node:
+        # The controller (requests equal to limits), a daemon giving only limits (its requests)
+        # and holding a GPU, and a task Pod of this very worker, whose room is what the worker offers.
         guaranteed = {"cpu": "2", "memory": "4Gi"}
         core.create_namespaced_pod(
             namespace, _node_pod("controller", node, {"requests": guaranteed, "limits": guaranteed})
         )
-        core.create_namespaced_pod(
-            namespace, _node_pod("daemon", node, {"limits": {"cpu": "500m", "memory": "256Mi"}})
-        )
+        daemon = {"cpu": "500m", "memory": "256Mi", "nvidia.com/gpu": "1"}
+        core.create_namespaced_pod(namespace, _node_pod("daemon", node, {"limits": daemon}))
         own = {"iris.managed": "true", "iris.owner": "worker"}
-        core.create_namespaced_pod(namespace, _node_pod("own-task", node, {"requests": {"cpu": "10"}}, own))
+        own_task = {"requests": {"cpu": "10"}, "limits": {"nvidia.com/gpu": "4"}}
+        core.create_namespaced_pod(namespace, _node_pod("own-task", node, own_task, own))
         settings = KubernetesSettings(
             namespace=namespace, node_name=node, owner_pod_name="worker", helper_image=task_image
         )
@@ -507,7 +507,7 @@ def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_requ
 
         room = runtime.node_room()
 
-    assert room == NodeRoom(cpu_millicores=61_500, memory_bytes=(256 * 1024 - 4 * 1024 - 256) * 2**20)
+    assert room == NodeRoom(cpu_millicores=61_500, memory_bytes=(256 * 1024 - 4 * 1024 - 256) * 2**20, gpus=7)
 
 
 @pytest.mark.timeout(120)

@@ -329,6 +329,7 @@ class NodeRoom:
 
     cpu_millicores: int
     memory_bytes: int
+    gpus: int
 
 
 def _quantity(text: Any) -> float:
@@ -359,11 +360,12 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
 
 
 def node_room(node: dict[str, Any], pods: list[dict[str, Any]], owner: str) -> NodeRoom:
-    """The node's allocatable cpu and memory minus what the live Pods on it request, except the
-    task Pods of worker `owner` (they use the room this worker offers)."""
+    """The node's allocatable cpu, memory and GPUs minus what the live Pods on it request, except
+    the task Pods of worker `owner` (they use the room this worker offers)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     cpu = _quantity(allocatable.get("cpu", 0))
     memory = _quantity(allocatable.get("memory", 0))
+    gpus = _quantity(allocatable.get(GPU_RESOURCE, 0))
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         phase = (pod.get("status") or {}).get("phase")
@@ -373,7 +375,10 @@ def node_room(node: dict[str, Any], pods: list[dict[str, Any]], owner: str) -> N
         requests = pod_requests(pod)
         cpu -= requests.get("cpu", 0.0)
         memory -= requests.get("memory", 0.0)
-    return NodeRoom(cpu_millicores=max(0, int(cpu * 1000)), memory_bytes=max(0, int(memory)))
+        gpus -= requests.get(GPU_RESOURCE, 0.0)
+    return NodeRoom(
+        cpu_millicores=max(0, int(cpu * 1000)), memory_bytes=max(0, int(memory)), gpus=max(0, int(gpus))
+    )
 
 
 def step_container(index: int) -> str:

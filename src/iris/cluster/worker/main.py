@@ -113,11 +113,18 @@ def _offer_no_more_than_the_node_has_left(runtime: ContainerRuntime, metadata: p
         raise click.ClickException(str(exc)) from None
     if room is None:
         return
-    if room.cpu_millicores < metadata.cpu_millicores or room.memory_bytes < metadata.memory_bytes:
-        logger.info("node %s has %dm cpu and %d bytes of memory left for tasks", runtime.settings.node_name,
-                    room.cpu_millicores, room.memory_bytes)
+    gpu = metadata.device.gpu if metadata.device.HasField("gpu") else None
+    if (
+        room.cpu_millicores < metadata.cpu_millicores
+        or room.memory_bytes < metadata.memory_bytes
+        or (gpu is not None and room.gpus < gpu.count)
+    ):
+        logger.info("node %s has %dm cpu, %d bytes of memory and %d GPUs left for tasks",
+                    runtime.settings.node_name, room.cpu_millicores, room.memory_bytes, room.gpus)
     metadata.cpu_millicores = min(metadata.cpu_millicores, room.cpu_millicores)
     metadata.memory_bytes = min(metadata.memory_bytes, room.memory_bytes)
+    if gpu is not None:
+        gpu.count = min(gpu.count, room.gpus)
 
 
 @click.group()
