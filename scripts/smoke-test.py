@@ -51,12 +51,15 @@ _STEP_ERRORS = (ValidationFailed, PlatformError, IrisError, click.ClickException
 
 
 def isolated_config(path: str, prefix: str) -> config_pb2.IrisClusterConfig:
-    """The cluster config with `prefix` as its name and label prefix, and a state directory of its own."""
+    """The cluster config with `prefix` as its name and label prefix, and a state directory (on
+    CoreWeave, a namespace) of its own."""
     config = load_and_validate(path)
     config.name = prefix
     config.platform.label_prefix = prefix
     if config.controller.HasField("local"):
         config.controller.local.state_dir = str(Path(config.controller.local.state_dir) / prefix)
+    if config.platform.HasField("coreweave"):
+        config.platform.coreweave.namespace = prefix
     return config
 
 

@@ -4,6 +4,7 @@ leaves nothing either."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -88,3 +89,16 @@ def test_smoke_test_broken_worker_fails_fast_with_the_reason_and_leaves_nothing(
     assert not processes_using(state_dir)
     platform_dir = state_dir / "smoke-broken" / "platform"
     assert not list((platform_dir / "slices").iterdir()) and not list((platform_dir / "vms").iterdir())
+
+
+def test_smoke_test_prefix_gives_a_coreweave_cluster_a_namespace_of_its_own() -> None:
+    spec = importlib.util.spec_from_file_location("smoke_test", SMOKE_TEST)
+    assert spec is not None and spec.loader is not None
+    smoke_test = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke_test)
+
+    first = smoke_test.isolated_config(str(REPO / "examples" / "coreweave.yaml"), "smoke-a")
+    second = smoke_test.isolated_config(str(REPO / "examples" / "coreweave.yaml"), "smoke-b")
+
+    assert (first.platform.coreweave.namespace, second.platform.coreweave.namespace) == ("smoke-a", "smoke-b")
+    assert (first.platform.label_prefix, second.platform.label_prefix) == ("smoke-a", "smoke-b")

@@ -99,6 +99,16 @@ def test_cluster_role_has_the_seed_permissions_and_reading_events_only() -> None
     )
     assert granted == expected
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "iris-controller", "namespace": "iris"}]
+    assert role["metadata"]["name"] == binding["metadata"]["name"] == binding["roleRef"]["name"] == "iris-controller"
+
+
+def test_clusters_in_two_namespaces_bind_cluster_roles_of_their_own() -> None:
+    [_, first_role, first_binding] = res.rbac("iris")
+    [_, second_role, second_binding] = res.rbac("smoke-1")
+
+    assert first_role["metadata"]["name"] != second_role["metadata"]["name"]
+    assert first_binding["metadata"]["name"] != second_binding["metadata"]["name"]
+    assert second_binding["roleRef"]["name"] == second_role["metadata"]["name"]
 
 
 def test_worker_pod_is_light_on_host_network_with_the_section_10_env() -> None:

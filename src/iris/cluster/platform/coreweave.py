@@ -362,8 +362,8 @@ class CoreweavePlatform:
         self.kube.delete("ConfigMap", res.CONFIGMAP_NAME, self.namespace)
         self.kube.delete("Secret", res.S3_SECRET_NAME, self.namespace)
         self.kube.delete("PersistentVolumeClaim", res.STATE_CLAIM_NAME, self.namespace)
-        self.kube.delete("ClusterRoleBinding", res.CONTROLLER_NAME)
-        self.kube.delete("ClusterRole", res.CONTROLLER_NAME)
+        self.kube.delete("ClusterRoleBinding", res.cluster_role_name(self.namespace))
+        self.kube.delete("ClusterRole", res.cluster_role_name(self.namespace))
         self.kube.delete("Namespace", self.namespace)
 
     def list_vms(self, zones: list[str], labels: dict[str, str] | None = None) -> list[CoreweaveControllerHandle]:

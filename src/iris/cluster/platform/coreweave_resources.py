@@ -82,8 +82,17 @@ def namespace(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
+def cluster_role_name(namespace_name: str) -> str:
+    """The ClusterRole and ClusterRoleBinding of the cluster in `namespace_name`: cluster-wide
+    objects, so two Iris clusters in one Kubernetes cluster (namespaces of their own) need names
+    of their own, or the second's binding would take the first's role away. The default namespace
+    gives the seed's name, iris-controller."""
+    return f"{namespace_name}-controller"
+
+
 def rbac(namespace_name: str) -> list[dict[str, Any]]:
     """ServiceAccount, ClusterRole and ClusterRoleBinding (`ensure_rbac`)."""
+    role = cluster_role_name(namespace_name)
     return [
         {
             "apiVersion": "v1",
@@ -93,14 +102,14 @@ def rbac(namespace_name: str) -> list[dict[str, Any]]:
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": CONTROLLER_NAME},
+            "metadata": {"name": role},
             "rules": CLUSTER_ROLE_RULES,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": CONTROLLER_NAME},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER_NAME},
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace_name}],
         },
     ]
