@@ -485,6 +485,14 @@ def _node(kubernetes_cluster: FakeKubernetes, core: Any, capacity: dict[str, str
         core.delete_node(name)
 
 
+def _runtime_on(
+    kubernetes_cluster: FakeKubernetes, namespace: str, node: str, **settings: Any
+) -> KubernetesRuntime:
+    """A worker's runtime on `node`, as the worker Pod there would make it."""
+    worker_settings = KubernetesSettings(namespace=namespace, node_name=node, **settings)
+    return KubernetesRuntime(worker_settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
+
+
 def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_request(
     kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, task_image: str
 ) -> None:
@@ -500,14 +508,14 @@ def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_requ
         own = {"iris.managed": "true", "iris.owner": "worker"}
         own_task = {"requests": {"cpu": "10"}, "limits": {"nvidia.com/gpu": "4"}}
         core.create_namespaced_pod(namespace, _node_pod("own-task", node, own_task, own))
-        settings = KubernetesSettings(
-            namespace=namespace, node_name=node, owner_pod_name="worker", helper_image=task_image
+        runtime = _runtime_on(
+            kubernetes_cluster, namespace, node, owner_pod_name="worker", helper_image=task_image
         )
-        runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
 
         room = runtime.node_room()
 
-    assert room == NodeRoom(cpu_millicores=61_500, memory_bytes=(256 * 1024 - 4 * 1024 - 256) * 2**20, gpus=7)
+    memory = (256 * 1024 - 4 * 1024 - 256) * 2**20
+    assert room == NodeRoom(cpu_millicores=61_500, memory_bytes=memory, gpus=7)
 
 
 @pytest.mark.timeout(120)
@@ -521,10 +529,9 @@ def test_task_pod_its_node_cannot_fit_fails_the_attempt_with_the_schedulers_reas
 ) -> None:
     with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
         core.create_namespaced_pod(namespace, _node_pod("controller", node, {"requests": {"cpu": "2"}}))
-        settings = KubernetesSettings(
-            namespace=namespace, node_name=node, helper_image=task_image, unschedulable_grace_s=2
+        runtime = _runtime_on(
+            kubernetes_cluster, namespace, node, helper_image=task_image, unschedulable_grace_s=2
         )
-        runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
         handle = runtime.create_container(
             _config(tmp_path, docker_engine.base_image, ["true"], cpu_millicores=8000)
         )
@@ -554,10 +561,9 @@ def test_task_pod_runs_once_a_pod_leaving_its_node_makes_room_within_the_grace(
     with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
         # An earlier attempt still holding the node, on its way out.
         core.create_namespaced_pod(namespace, _node_pod("leaving", node, {"requests": {"cpu": "6"}}))
-        settings = KubernetesSettings(
-            namespace=namespace, node_name=node, helper_image=task_image, unschedulable_grace_s=60
+        runtime = _runtime_on(
+            kubernetes_cluster, namespace, node, helper_image=task_image, unschedulable_grace_s=60
         )
-        runtime = KubernetesRuntime(settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
         handle = runtime.create_container(
             _config(tmp_path, docker_engine.base_image, ["echo", "ran-after-room"], cpu_millicores=4000)
         )
