@@ -333,3 +333,34 @@ def _early_failures_end_a_new_slice_shown_by_slice_list(cks: FakeKubernetes, con
     for (_, reason), slice_id in zip(breakages, failed, strict=True):
         assert reason in lines[slice_id], listed.stdout
     assert "last log lines" in lines[next(iter(failed))]
+
+
+@pytest.mark.timeout(600)
+def test_coreweave_smoke_test_with_a_broken_worker_image_fails_with_the_pull_error_and_leaves_nothing(
+    tmp_path: Path, cks: FakeKubernetes, object_storage: str, images: dict[str, str]
+) -> None:
+    broken_image = "iris-test-worker:does-not-exist"
+    config = _config_file(tmp_path, cks, object_storage, {**images, "worker": broken_image})
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    # Its own prefix, so its own namespace, NodePools and cluster role beside any other run's.
+    prefix = "broken-image"
+
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "smoke-test.py"), "--config", str(config), "--prefix", prefix,
+         "--no-build-images", "--job-timeout", "240", "--log-dir", str(tmp_path / "logs")],
+        cwd=workspace, env=_env(cks), capture_output=True, text=True, timeout=540, check=False,
+        start_new_session=True,
+    )  # fmt: skip
+
+    output = f"{result.stdout}\n{result.stderr}"
+    assert result.returncode == 1, output
+    assert "PASS  start cluster" in result.stdout, output
+    summary = result.stdout.split("smoke test FAILED", 1)[1].splitlines()[1:]
+    assert summary and all(f"cannot pull image {broken_image}" in line for line in summary), output
+    assert "PASS  cleanup" in result.stdout, output
+    role = f"clusterrole/{prefix}-controller"
+    left = cks.kubectl("get", f"namespace/{prefix}", role, f"clusterrolebinding/{prefix}-controller")
+    assert left.stdout.strip() == "" and "NotFound" in left.stderr, left.stdout
+    pods = json.loads(cks.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    assert not [p["metadata"]["name"] for p in pods if p["metadata"]["namespace"] == prefix]
