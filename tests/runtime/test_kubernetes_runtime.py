@@ -20,6 +20,7 @@ from kubernetes import config
 from runtime_support import lines, py
 
 from iris.cluster.runtime.kubernetes import (
+    KubernetesContainerHandle,
     KubernetesRuntime,
     KubernetesSettings,
     NodeRoom,
@@ -493,6 +494,26 @@ def _runtime_on(
     return KubernetesRuntime(worker_settings, kubeconfig=str(kubernetes_cluster.kubeconfig))
 
 
+@contextlib.contextmanager
+def _task_beside(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, holder: tuple[str, str], grace_s: float,
+    config: ContainerConfig, helper_image: str,
+) -> Iterator[KubernetesContainerHandle]:
+    """A task container on an 8-core node where Pod `holder` (name, cpu) already requests part of
+    the cores; the task is created, not run, and is cleaned up at the end."""
+    with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
+        name, cpu = holder
+        core.create_namespaced_pod(namespace, _node_pod(name, node, {"requests": {"cpu": cpu}}))
+        runtime = _runtime_on(
+            kubernetes_cluster, namespace, node, helper_image=helper_image, unschedulable_grace_s=grace_s
+        )
+        handle = runtime.create_container(config)
+        try:
+            yield handle
+        finally:
+            handle.cleanup()
+
+
 def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_request(
     kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, task_image: str
 ) -> None:
@@ -527,21 +548,12 @@ def test_task_pod_its_node_cannot_fit_fails_the_attempt_with_the_schedulers_reas
     tmp_path: Path,
     task_image: str,
 ) -> None:
-    with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
-        core.create_namespaced_pod(namespace, _node_pod("controller", node, {"requests": {"cpu": "2"}}))
-        runtime = _runtime_on(
-            kubernetes_cluster, namespace, node, helper_image=task_image, unschedulable_grace_s=2
-        )
-        handle = runtime.create_container(
-            _config(tmp_path, docker_engine.base_image, ["true"], cpu_millicores=8000)
-        )
+    task = _config(tmp_path, docker_engine.base_image, ["true"], cpu_millicores=8000)
+    with _task_beside(kubernetes_cluster, core, namespace, ("controller", "2"), 2, task, task_image) as handle:
         started = time.monotonic()
-        try:
-            with pytest.raises(ContainerError) as excinfo:
-                handle.run()
-            status = handle.status()
-        finally:
-            handle.cleanup()
+        with pytest.raises(ContainerError) as excinfo:
+            handle.run()
+        status = handle.status()
 
     assert time.monotonic() - started < 30
     assert "could not be scheduled for 2s" in str(excinfo.value)
@@ -558,33 +570,20 @@ def test_task_pod_runs_once_a_pod_leaving_its_node_makes_room_within_the_grace(
     tmp_path: Path,
     task_image: str,
 ) -> None:
-    with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node:
-        # An earlier attempt still holding the node, on its way out.
-        core.create_namespaced_pod(namespace, _node_pod("leaving", node, {"requests": {"cpu": "6"}}))
-        runtime = _runtime_on(
-            kubernetes_cluster, namespace, node, helper_image=task_image, unschedulable_grace_s=60
-        )
-        handle = runtime.create_container(
-            _config(tmp_path, docker_engine.base_image, ["echo", "ran-after-room"], cpu_millicores=4000)
-        )
+    def unschedulable() -> bool:
+        pods = core.list_namespaced_pod(namespace, label_selector="iris.managed=true").items
+        conditions = [c for pod in pods for c in pod.status.conditions or []]
+        return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conditions)
 
-        def unschedulable() -> bool:
-            pods = core.list_namespaced_pod(namespace, label_selector="iris.managed=true").items
-            return any(
-                c.type == "PodScheduled" and c.reason == "Unschedulable"
-                for pod in pods
-                for c in pod.status.conditions or []
-            )
-
-        try:
-            runner = threading.Thread(target=handle.run, daemon=True)
-            runner.start()
-            wait_until(unschedulable, 30, 0.1, "the task Pod to be unschedulable")
-            core.delete_namespaced_pod("leaving", namespace, grace_period_seconds=0)
-            runner.join(60)
-            status = handle.wait(timeout=60)
-        finally:
-            handle.cleanup()
+    task = _config(tmp_path, docker_engine.base_image, ["echo", "ran-after-room"], cpu_millicores=4000)
+    # An earlier attempt still holding the node, on its way out.
+    with _task_beside(kubernetes_cluster, core, namespace, ("leaving", "6"), 60, task, task_image) as handle:
+        runner = threading.Thread(target=handle.run, daemon=True)
+        runner.start()
+        wait_until(unschedulable, 30, 0.1, "the task Pod to be unschedulable")
+        core.delete_namespaced_pod("leaving", namespace, grace_period_seconds=0)
+        runner.join(60)
+        status = handle.wait(timeout=60)
 
     assert status.phase == ContainerPhase.EXITED and status.exit_code == 0, status.error
     assert lines(handle, "stdout") == ["ran-after-room"]
