@@ -19,6 +19,9 @@ from kubernetes import client as k8s
 from kubernetes import config
 from runtime_support import lines, py
 
+from iris.client import IrisClient
+from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.runtime.kubernetes import (
     KubernetesContainerHandle,
     KubernetesRuntime,
@@ -30,6 +33,9 @@ from iris.cluster.runtime.kubernetes import (
 )
 from iris.cluster.runtime.pod_workdir import zip_tree
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
+from iris.cluster.worker.node_offer import node_offer_reader
+from iris.cluster.worker.worker import Worker, WorkerSettings
+from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
 
 TASK_ID = "/alice/train/3"
@@ -537,6 +543,47 @@ def test_node_room_is_the_nodes_allocatable_less_what_other_live_pods_on_it_requ
 
     memory = (256 * 1024 - 4 * 1024 - 256) * 2**20
     assert room == NodeRoom(cpu_millicores=61_500, memory_bytes=memory, gpus=7)
+
+
+@pytest.mark.timeout(120)
+def test_worker_offer_follows_pods_arriving_on_and_leaving_its_node_after_it_registered(
+    kubernetes_cluster: FakeKubernetes, core: Any, namespace: str, tmp_path: Path, task_image: str
+) -> None:
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
+        )
+    )
+    daemon.start_in_thread()
+    with _node(kubernetes_cluster, core, {"cpu": "8", "memory": "32Gi"}) as node, IrisClient.remote(daemon.url) as client:
+        runtime = _runtime_on(kubernetes_cluster, namespace, node, owner_pod_name="worker", helper_image=task_image)
+        configured = pb.WorkerMetadata(hostname=node, cpu_millicores=8000, memory_bytes=32 << 30)
+        worker = Worker(
+            WorkerSettings(
+                worker_id="w-shared", address="http://127.0.0.1:9", controller_address=daemon.url,
+                cache_dir=tmp_path / "cache", metadata=configured,
+                current_offer=node_offer_reader(runtime, configured), offer_check_interval_s=0.1,
+            ),
+            runtime,
+        )  # fmt: skip
+
+        def offered() -> tuple[int, int] | None:
+            found = [w.metadata for w in client.list_workers() if w.worker_id == "w-shared"]
+            return (found[0].cpu_millicores, found[0].memory_bytes) if found else None
+
+        worker.start()
+        try:
+            wait_until(lambda: offered() == (8000, 32 << 30), 30, 0.05, "the worker's whole node offered")
+            # The controller moves onto the node after the worker registered.
+            core.create_namespaced_pod(
+                namespace, _node_pod("controller", node, {"requests": {"cpu": "3", "memory": "4Gi"}})
+            )
+            wait_until(lambda: offered() == (5000, 28 << 30), 30, 0.05, "the offer less the controller's requests")
+            core.delete_namespaced_pod("controller", namespace, grace_period_seconds=0)
+            wait_until(lambda: offered() == (8000, 32 << 30), 30, 0.05, "the whole node offered again")
+        finally:
+            worker.stop()
+            daemon.stop()
 
 
 @pytest.mark.timeout(120)

@@ -23,6 +23,7 @@ from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, bu
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
+from iris.cluster.worker.node_offer import node_offer_reader
 from iris.cluster.worker.service import WorkerServiceImpl
 from iris.cluster.worker.settings import WorkerDaemonSettings
 from iris.cluster.worker.worker import Worker, WorkerSettings
@@ -98,33 +99,6 @@ def _stop_when_process_ends(pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="exit-with-pid", daemon=True).start()
-
-
-def _offer_no_more_than_the_node_has_left(runtime: ContainerRuntime, metadata: pb.WorkerMetadata) -> None:
-    """A worker whose tasks are Pods shares its node with other Pods (daemonsets, the controller):
-    offering more than they leave would let the controller place tasks the scheduler cannot."""
-    from iris.cluster.runtime.kubernetes import KubernetesRuntime
-
-    if not isinstance(runtime, KubernetesRuntime):
-        return
-    try:
-        room = runtime.node_room()
-    except ContainerError as exc:
-        raise click.ClickException(str(exc)) from None
-    if room is None:
-        return
-    gpu = metadata.device.gpu if metadata.device.HasField("gpu") else None
-    if (
-        room.cpu_millicores < metadata.cpu_millicores
-        or room.memory_bytes < metadata.memory_bytes
-        or (gpu is not None and room.gpus < gpu.count)
-    ):
-        logger.info("node %s has %dm cpu, %d bytes of memory and %d GPUs left for tasks",
-                    runtime.settings.node_name, room.cpu_millicores, room.memory_bytes, room.gpus)
-    metadata.cpu_millicores = min(metadata.cpu_millicores, room.cpu_millicores)
-    metadata.memory_bytes = min(metadata.memory_bytes, room.memory_bytes)
-    if gpu is not None:
-        gpu.count = min(gpu.count, room.gpus)
 
 
 @click.group()
@@ -225,11 +199,16 @@ def serve(
     if slice_id:
         reported[ATTR_SLICE_ID] = slice_id
     metadata = probe(cache, options.runtime, cpu, memory_bytes, reported, device)
-    _offer_no_more_than_the_node_has_left(container_runtime, metadata)
     if advertise_host:
         # The host's name may not resolve to where others reach it; a gang's peer list
         # (TPU_WORKER_HOSTNAMES) must name the address the controller was told.
         metadata.ip_address = advertise_host
+    current_offer = node_offer_reader(container_runtime, metadata)
+    if current_offer is not None:
+        try:
+            metadata = current_offer()
+        except ContainerError as exc:
+            raise click.ClickException(str(exc)) from None
     try:
         sock = bind_socket(options.host, options.port)
     except PortInUseError as exc:
@@ -248,6 +227,7 @@ def serve(
         input_limits=options.input_limits,
         # Taken out of the environment so that nothing the worker starts inherits it.
         token=os.environ.pop(task_env.WORKER_TOKEN, ""),
+        current_offer=current_offer,
     )
     try:
         load_from_env(settings.worker_id)

@@ -25,6 +25,7 @@ from iris.client.credentials import bearer_interceptors
 from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
+from iris.cluster.worker.node_offer import OFFER_CHECK_INTERVAL_S, OfferReader, describe_offer
 from iris.cluster.worker.ports import PortAllocator
 from iris.cluster.worker.settings import reregister_delay_s
 from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
@@ -58,6 +59,9 @@ class WorkerSettings:
     input_limits: InputLimits = DEFAULT_INPUT_LIMITS
     # The worker token from bootstrap, when the cluster has auth on.
     token: str = field(default="", repr=False)
+    # Reads what the worker can offer now, for a worker whose node other Pods share (node_offer).
+    current_offer: OfferReader | None = None
+    offer_check_interval_s: float = OFFER_CHECK_INTERVAL_S
 
 
 class Worker:
@@ -88,6 +92,8 @@ class Worker:
         # With auth on, the controller must show this secret to call the worker (see register).
         self.callback_token = secrets.token_urlsafe(32) if settings.token else ""
         self._last_heartbeat = time.monotonic()
+        self._offered = settings.metadata
+        self._next_offer_check = time.monotonic() + settings.offer_check_interval_s
         self._registered = threading.Event()
         self._notify = threading.Event()
         self._stop = threading.Event()
@@ -131,7 +137,7 @@ class Worker:
             pb.RegisterRequest(
                 worker_id=self.settings.worker_id,
                 address=self.settings.address,
-                metadata=self.settings.metadata,
+                metadata=self._offered,
                 callback_token=self.callback_token,
             ),
             timeout_ms=10_000,
@@ -144,7 +150,8 @@ class Worker:
         backoff = ExponentialBackoff(initial=0.2, maximum=10.0)
         while not self._stop.is_set():
             silent = time.monotonic() - self._last_heartbeat
-            if not self._registered.is_set() or silent > self.settings.reregister_after_s:
+            lost = not self._registered.is_set() or silent > self.settings.reregister_after_s
+            if lost or self._offer_changed():
                 try:
                     self._register_once()
                     backoff.reset()
@@ -160,6 +167,26 @@ class Worker:
                     self._stop.wait(delay)
                     continue
             self._stop.wait(1.0)
+
+    def _offer_changed(self) -> bool:
+        """Whether what the worker can offer changed since it registered (checked at most once per
+        `offer_check_interval_s`); the new offer is what the next registration sends."""
+        reader = self.settings.current_offer
+        if reader is None or time.monotonic() < self._next_offer_check:
+            return False
+        self._next_offer_check = time.monotonic() + self.settings.offer_check_interval_s
+        try:
+            offer = reader()
+        except Exception as exc:
+            logger.warning("cannot read what this worker's node has left: %s; keeping the current offer", exc)
+            return False
+        if offer == self._offered:
+            return False
+        logger.info(
+            "offer changed from %s to %s: registering again", describe_offer(self._offered), describe_offer(offer)
+        )
+        self._offered = offer
+        return True
 
     def _attempt_changed(self) -> None:
         self._notify.set()
