@@ -196,4 +196,9 @@ def _serve_cluster(sender: int, watch_parent: int) -> int:
         return 0
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # The store goes with the cluster, so the workers need not wait for the controller to
+        # stop first (`LocalCluster.stop`'s order, which keeps a lasting store from recording
+        # them as failed): both stop at once.
+        for process in cluster.worker_processes.values():
+            process.terminate()
         cluster.stop()
