@@ -179,3 +179,17 @@ def test_run_local_worker_that_cannot_start_fails_with_its_reason_and_exits_1(ir
     assert error_lines and "local worker local-0 exited with code 1" in error_lines[0], str(result)
     assert "unknown chaos point 'no-such-point'" in error_lines[0], str(result)
     assert "Traceback" not in result.stderr, str(result)
+
+
+def test_run_local_cluster_process_ends_before_the_command_does(iris: IrisRunner) -> None:
+    # The job's parent is the worker; the worker's parent is the cluster's process.
+    script = (
+        "import os; cluster = open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]; "
+        "print(cluster, open(f'/proc/{cluster}/comm').read().strip())"
+    )
+    result = iris("run", "--local", "--", "python", "-c", script)
+
+    assert result.returncode == 0, str(result)
+    cluster_pid, name = result.stdout.split()
+    assert name == CLUSTER_PROCESS_NAME, str(result)
+    assert not pid_alive(int(cluster_pid)), "the local cluster outlived `iris run --local`"
