@@ -2,8 +2,8 @@
 
 Run: uv run python -m benchmarks.cold_start [--runs N] [--ray-runs M]
 
-- Iris: `iris run --local -- python -c "print('x')"`: a throwaway local cluster (controller in
-  the CLI process, one worker process), the job, its output streamed back.
+- Iris: `iris run --local -- python -c "print('x')"`: a throwaway local cluster (the controller
+  in a process the CLI forks, one worker forked from that one), the job, its output streamed back.
 - Ray, driver: `python -c "import ray; ray.init(); <a task printing 'x'>"`: a fresh local Ray
   started by `ray.init()`, the task's print forwarded to the driver's stdout.
 - Ray, jobs: `ray start --head` then `ray job submit -- python -c "print('x')"`, which tails the

@@ -69,3 +69,33 @@ def test_cli_run_import_path_leaves_out_platforms_renderer_and_controller() -> N
 
     assert remote_extra == "", f"`iris run` imports {remote_extra}"
     assert local_extra == "", f"`iris run --local` imports {local_extra} before it starts the controller"
+
+
+# The entry point with the fork replaced by a record of what was imported when it happened.
+FORK_POINT_PROBE = """
+import sys
+import iris.cluster.local_cluster_process as cluster_process
+from iris.cli import main
+
+imported_at_fork = []
+cluster_process.fork_cluster = lambda verbose, configure: imported_at_fork.extend(sys.modules)
+sys.argv = ["iris", "run", "--local", "--", "true"]
+try:
+    main.main()
+except SystemExit:
+    pass
+late = ("iris.cli.app", "iris.cli.job", "iris.client", "iris.cluster.controller", "starlette", "uvicorn")
+print(len(imported_at_fork) > 0, ",".join(sorted(m for m in imported_at_fork if m.startswith(late))))
+"""
+
+
+def test_cli_run_local_forks_its_cluster_before_importing_commands_or_controller() -> None:
+    """The cluster's process imports and builds the controller while the CLI imports its commands:
+    a fork after either import would put it back on the way to the job's first line."""
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_POINT_PROBE], capture_output=True, text=True, timeout=120, check=True
+    )
+    forked, _, imported_early = result.stdout.splitlines()[-1].partition(" ")
+
+    assert forked == "True", result.stdout + result.stderr
+    assert imported_early == "", f"imported before the fork: {imported_early}"

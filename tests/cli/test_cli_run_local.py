@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 from cli_support import IrisRunner, pid_alive, send_ctrl_c, wait_for_file_text
 
+from iris.cluster.local_cluster_process import CLUSTER_PROCESS_NAME
 from iris.cluster.local_worker import WORKER_PROCESS_NAME
 from iris.time import wait_until
 
@@ -113,30 +114,32 @@ def test_run_local_ctrl_c_kills_job_and_exits_130(iris: IrisRunner, tmp_path: Pa
             os.kill(job_pid, signal.SIGKILL)
 
 
-def test_run_local_killed_by_sigkill_takes_its_worker_and_job_with_it(iris: IrisRunner, tmp_path: Path) -> None:
+def test_run_local_killed_by_sigkill_takes_its_cluster_worker_and_job_with_it(iris: IrisRunner, tmp_path: Path) -> None:
     pid_file = tmp_path / "job.pid"
     args = ("run", "--local", "--", "sh", "-c", f"echo $$ > {pid_file}; exec sleep 600")
     process = iris.popen(*args)
     job_pid = None
-    workers: list[psutil.Process] = []
+    cluster: list[psutil.Process] = []
     try:
         job_pid = int(wait_for_file_text(pid_file, timeout=60))
-        # The command's only children are its workers; the job runs under a worker.
-        workers = psutil.Process(process.pid).children()
-        assert [w.name() for w in workers] == [WORKER_PROCESS_NAME], "no worker process under `iris run --local`"
+        # The command's only child is its cluster's process, whose child is the worker; the job
+        # runs under the worker.
+        cluster = psutil.Process(process.pid).children(recursive=True)
+        names = sorted(p.name() for p in cluster if p.pid != job_pid)
+        assert names == sorted([CLUSTER_PROCESS_NAME, WORKER_PROCESS_NAME]), "no cluster and worker under `iris run --local`"
 
-        process.send_signal(signal.SIGKILL)  # no handler runs: only the worker can notice
+        process.send_signal(signal.SIGKILL)  # no handler runs: only the cluster's process can notice
         process.wait(30)
 
-        wait_until(lambda: not any(w.is_running() for w in workers), 30, 0.05, "the worker to stop")
+        wait_until(lambda: not any(p.is_running() for p in cluster), 30, 0.05, "the cluster and its worker to stop")
         wait_until(lambda: not pid_alive(job_pid), 30, 0.05, f"job process {job_pid} to exit")
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        for worker in workers:
-            if worker.is_running():
-                worker.kill()
+        for child in cluster:
+            if child.is_running():
+                child.kill()
         if job_pid is not None and pid_alive(job_pid):
             os.kill(job_pid, signal.SIGKILL)
 
@@ -164,3 +167,29 @@ def test_run_local_more_cpu_than_the_worker_refused_at_once(iris: IrisRunner) ->
 
     assert result.returncode == 1, str(result)
     assert "no worker is large enough" in result.stderr and "short of cpu" in result.stderr, str(result)
+
+
+def test_run_local_worker_that_cannot_start_fails_with_its_reason_and_exits_1(iris: IrisRunner) -> None:
+    """The cluster starts in a process of its own: its failure still reaches the user as one line."""
+    process = iris.popen("run", "--local", "--", "true", env={"IRIS_CHAOS": "no-such-point=1.0"})
+    result = iris.finish(process, ("run", "--local", "--", "true"), timeout=60)
+
+    assert result.returncode == 1, str(result)
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert error_lines and "local worker local-0 exited with code 1" in error_lines[0], str(result)
+    assert "unknown chaos point 'no-such-point'" in error_lines[0], str(result)
+    assert "Traceback" not in result.stderr, str(result)
+
+
+def test_run_local_cluster_process_ends_before_the_command_does(iris: IrisRunner) -> None:
+    # The job's parent is the worker; the worker's parent is the cluster's process.
+    script = (
+        "import os; cluster = open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]; "
+        "print(cluster, open(f'/proc/{cluster}/comm').read().strip())"
+    )
+    result = iris("run", "--local", "--", "python", "-c", script)
+
+    assert result.returncode == 0, str(result)
+    cluster_pid, name = result.stdout.split()
+    assert name == CLUSTER_PROCESS_NAME, str(result)
+    assert not pid_alive(int(cluster_pid)), "the local cluster outlived `iris run --local`"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import signal
 import sys
@@ -17,6 +16,7 @@ from iris.cli.connect import (
     controller_url_option,
     global_connection_options,
 )
+from iris.cli.main import configure_logging
 
 # Errors a user can act on: one clear line, no traceback (unless --traceback).
 _USER_ERRORS: tuple[type[BaseException], ...] = (RuntimeError, ValueError, OSError, TimeoutError, KeyError)
@@ -115,7 +115,7 @@ def iris(verbose: bool) -> None:
       iris cluster --config examples/local.yaml start
       iris job list --config examples/local.yaml
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(verbose)
 
 
 add_option_everywhere(iris, traceback_option)

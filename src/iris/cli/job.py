@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import click
+import pyqwest
 
 from iris.cli.connect import (
     connection_from_context,
@@ -71,6 +72,15 @@ def _open_client(stack: ExitStack, local: bool, config_path: str | None, control
             click.secho(f"iris: {message}", err=True, dim=True)
 
         progress("starting a local cluster")
+        # Forked by the entry point before this module was imported (`iris.cli.main`); without
+        # it (another caller, or a process that cannot fork) the cluster starts here.
+        cluster = (click.get_current_context().find_root().obj or {}).get("local_cluster")
+        if cluster is not None:
+            stack.callback(cluster.stop)
+            # The client's HTTP transport loads OpenTelemetry when first made: made now, that runs
+            # while the cluster starts instead of on the way to the first RPC.
+            pyqwest.get_default_sync_transport()
+            return stack.enter_context(IrisClient.remote(cluster.wait_started(progress)))
         # The cluster is this command's first work, so its worker can be a fork of this process
         # (much faster to start than a new interpreter); it forks only while no other thread runs.
         return stack.enter_context(IrisClient.local(workers=1, progress=progress, fork_workers=True))

@@ -10,6 +10,7 @@ scale groups, a fixed list of worker daemons is started (`IrisClient.local(worke
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -107,6 +108,8 @@ class LocalCluster:
                 port=self._port,
                 config_path=self._config_path,
             )
+            if self._tempdir is not None:
+                settings = dataclasses.replace(settings, durable_store=False)
             self.daemon = ControllerDaemon(settings, sock)
             self.daemon.start_in_thread()
             say(f"controller listening on {self.daemon.url}")

@@ -58,7 +58,8 @@ class ForkedProcess:
         self.pid = pid
         self.args = list(args)
         self.returncode: int | None = None
-        self._pidfd = os.pidfd_open(pid)
+        # Readable once the child exits; closed when it is reaped.
+        self.pidfd = os.pidfd_open(pid)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -70,7 +71,7 @@ class ForkedProcess:
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
             # The pidfd becomes readable when the child exits; then waitpid does not block.
-            if timeout is not None and not select.select([self._pidfd], [], [], timeout)[0]:
+            if timeout is not None and not select.select([self.pidfd], [], [], timeout)[0]:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             self._reaped(os.waitpid(self.pid, 0)[1])
         assert self.returncode is not None
@@ -89,7 +90,7 @@ class ForkedProcess:
 
     def _reaped(self, status: int) -> None:
         self.returncode = os.waitstatus_to_exitcode(status)
-        os.close(self._pidfd)
+        os.close(self.pidfd)
 
 
 def fork_worker(
@@ -113,7 +114,7 @@ def _run_worker_and_exit(
     code = 1
     try:
         os.setsid()
-        _name_process(WORKER_PROCESS_NAME)
+        name_process(WORKER_PROCESS_NAME)
         for sock in close_in_child:
             sock.close()
         stdin = os.open(os.devnull, os.O_RDONLY)
@@ -151,7 +152,7 @@ def _run_worker_and_exit(
             os._exit(code)
 
 
-def _name_process(name: str) -> None:
+def name_process(name: str) -> None:
     # The name only helps a person reading a process list: a system without it loses nothing.
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
         comm.write(name)

@@ -75,7 +75,7 @@ class ControllerDaemon:
     def _build(self, settings: DaemonSettings, sock: socket.socket | None) -> None:
         self._sock = sock if sock is not None else bind_socket(settings.host, settings.port)
         self.url = url_for(self._sock, settings.advertise_host)
-        self.store = ControllerStore(self.state_dir / "controller.sqlite3")
+        self.store = ControllerStore(self.state_dir / "controller.sqlite3", durable=settings.durable_store)
         self.tokens = _token_verifier(settings.config.auth, self.state_dir)
         self._require_token = RequireToken(self.tokens) if self.tokens is not None else None
         self.controller = Controller(

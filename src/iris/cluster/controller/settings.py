@@ -93,6 +93,8 @@ class DaemonSettings:
     config_path: str | None = None
     input_limits: InputLimits = DEFAULT_INPUT_LIMITS
     scheduler_fallback_interval_s: float = SCHEDULER_FALLBACK_INTERVAL_S
+    # False for a cluster whose state is deleted when it stops (see `StoreBase`).
+    durable_store: bool = True
 
     @classmethod
     def from_config(

@@ -121,13 +121,16 @@ class Sql:
 
 
 class StoreBase:
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, durable: bool = True):
+        """`durable=False` is for a store thrown away with its cluster: SQLite never waits for the
+        disk (a crash of this process still leaves it whole; one of the machine may not), which
+        spares the sync of switching a new file to WAL on the way to the controller serving."""
         self._path = str(path)
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA synchronous=NORMAL" if durable else "PRAGMA synchronous=OFF")
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._requests: OrderedDict[str, pb.LaunchJobRequest] = OrderedDict()
         # Scheduling shapes of unfinished jobs, dropped when a job ends.

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import psutil
 
 from iris.cluster.platform.base import (
     CloudSliceState,
@@ -127,11 +126,23 @@ def _run_local_command(command: str, timeout: Duration | None, on_line) -> Comma
 
 
 def _process_alive(pid: int, create_time: float) -> bool:
+    import psutil
+
     try:
         process = psutil.Process(pid)
         return process.create_time() == create_time and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _create_time(pid: int) -> float:
+    """When the process started, as psutil tells it: with the pid, it names the process even after
+    the pid is reused."""
+    # psutil is imported by the functions that use it: a local cluster without scale groups (`iris
+    # run --local`) never does, and its import sits on the way to the controller serving.
+    import psutil
+
+    return psutil.Process(pid).create_time()
 
 
 def _stop_process(pid: int, create_time: float) -> None:
@@ -362,7 +373,7 @@ class LocalPlatform:
                     {
                         "worker_id": worker_id,
                         "pid": process.pid,
-                        "create_time": psutil.Process(process.pid).create_time(),
+                        "create_time": _create_time(process.pid),
                         "log_path": str(work_dir / "worker.log"),
                     }
                 )
@@ -426,7 +437,7 @@ class LocalPlatform:
         record = {
             "name": name,
             "pid": process.pid,
-            "create_time": psutil.Process(process.pid).create_time(),
+            "create_time": _create_time(process.pid),
             "log_path": str(log_path),
             "labels": dict(config.labels),
             "metadata": dict(config.metadata),
