@@ -52,6 +52,7 @@ from iris.cluster.controller.store_base import (
     NotFoundError,
     RequestAlreadyServedError,
     attempt_record,
+    chunks,
     worker_metadata,
 )
 from iris.cluster.controller.store_reads import StoreReads
@@ -409,7 +410,7 @@ class ControllerStore(StoreReads):
         None for a worker that is no longer live."""
         plans: dict[str, HeartbeatPlan | None] = dict.fromkeys(worker_ids)
         with self._read() as db:
-            for chunk in _chunks(list(plans)):
+            for chunk in chunks(list(plans)):
                 marks = ",".join("?" * len(chunk))
                 workers = {
                     w["worker_id"]: w
@@ -511,7 +512,7 @@ class ControllerStore(StoreReads):
             if not plan.to_run and not plan.expected and not response.running_tasks and not response.completed_tasks
         ]
         stamped: set[str] = set()
-        for chunk in _chunks(idle):
+        for chunk in chunks(idle):
             stamped.update(
                 row[0]
                 for row in db.execute(
@@ -544,8 +545,9 @@ class ControllerStore(StoreReads):
         expected = [(e.task_id, e.attempt_id) for e in plan.expected]
         if not expected and not statuses:
             return [], effects
-        tails = self._absorb_logs(expected, statuses)
-        snapshot = self._snapshot([*expected, *statuses])
+        rows = self._rows([*expected, *statuses])
+        tails = self._absorb_logs(expected, statuses, rows)
+        snapshot = self._snapshot([*expected, *statuses], rows)
         reports = {key: reconcile.report_from_proto(status) for key, status in statuses.items()}
         decisions, rejected = reconcile.on_heartbeat(plan.worker_id, expected, reports, snapshot, tails)
         for (task_id, attempt_id), error in rejected:
@@ -558,40 +560,43 @@ class ControllerStore(StoreReads):
                 error,
                 story,
             )
-        self._persist(decisions, now_ms, effects)
+        try:
+            self._persist(decisions, now_ms, effects)
+            # Log positions no attempt's end took along.
+            db.executemany(
+                "UPDATE attempts SET log_offset=?, logs_complete=? WHERE task_id=? AND attempt_id=?",
+                [(*position, *key) for key, position in self._log_positions.items()],
+            )
+        finally:
+            self._log_positions.clear()
         return decisions.unknown, effects
 
     def _absorb_logs(
-        self, expected: list[AttemptKey], statuses: dict[AttemptKey, pb.WorkerTaskStatus]
+        self,
+        expected: list[AttemptKey],
+        statuses: dict[AttemptKey, pb.WorkerTaskStatus],
+        rows: tuple[dict[AttemptKey, sqlite3.Row], dict[str, sqlite3.Row]],
     ) -> dict[AttemptKey, list[str]]:
-        """Store the log lines of expected attempts; returns the output tail of those that failed."""
+        """Store the log lines of expected attempts, and note their new log positions for the
+        attempts' own updates to carry (`_log_positions`); returns the output tail of those that failed."""
         db = self._conn
+        attempts, tasks = rows
         tails = {}
         for key in expected:
             status = statuses.get(key)
-            if status is None:
-                continue
-            attempt = db.execute(
-                "SELECT a.log_offset, t.job_id FROM attempts a JOIN tasks t ON t.task_id=a.task_id "
-                "WHERE a.task_id=? AND a.attempt_id=?",
-                key,
-            ).fetchone()
-            if attempt is None:
+            attempt = attempts.get(key)
+            if status is None or attempt is None or key[0] not in tasks:
                 continue
             if status.logs:
+                job_id = tasks[key[0]]["job_id"]
                 db.executemany(
                     "INSERT INTO task_logs(job_id, task_id, attempt_id, ts_ms, source, data) VALUES (?,?,?,?,?,?)",
-                    [
-                        (attempt["job_id"], *key, line.timestamp_ms, line.source, line.data)
-                        for line in status.logs
-                    ],
+                    [(job_id, *key, line.timestamp_ms, line.source, line.data) for line in status.logs],
                 )
             log_offset = attempt["log_offset"] + len(status.logs)
-            logs_complete = status.state not in ACTIVE_ATTEMPT_STATES and log_offset >= status.total_log_lines
-            db.execute(
-                "UPDATE attempts SET log_offset=?, logs_complete=? WHERE task_id=? AND attempt_id=?",
-                (log_offset, int(logs_complete), *key),
-            )
+            logs_complete = int(status.state not in ACTIVE_ATTEMPT_STATES and log_offset >= status.total_log_lines)
+            if (log_offset, logs_complete) != (attempt["log_offset"], attempt["logs_complete"]):
+                self._log_positions[key] = (log_offset, logs_complete)
             if status.state == pb.TASK_STATE_FAILED:
                 tails[key] = [
                     r["data"]
@@ -690,11 +695,3 @@ class ControllerStore(StoreReads):
                 ):
                     self._fail_worker(worker, reason, now_ms, effects, final_state)
         return effects
-
-
-# Ids per `IN (...)` query: well under SQLite's limit on bound parameters.
-_IN_CHUNK = 500
-
-
-def _chunks(ids: list[str]) -> list[list[str]]:
-    return [ids[i : i + _IN_CHUNK] for i in range(0, len(ids), _IN_CHUNK)]
