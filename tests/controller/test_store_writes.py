@@ -97,3 +97,30 @@ def test_store_batched_writes_keep_every_state_change_in_the_history(tmp_path: P
         assert (attempt.state, attempt.exit_code) == (pb.TASK_STATE_SUCCEEDED, 0)
         assert attempt.started_at.epoch_ms == task.started_at.epoch_ms
     store.close()
+
+
+def test_store_create_jobs_in_one_transaction_refuses_a_bad_launch_alone(tmp_path: Path) -> None:
+    store = ControllerStore(tmp_path / "controller.sqlite3")
+    store.create_job("/taken", job_request("/taken"), T0)
+    commits: list[str] = []
+    store._conn.set_trace_callback(lambda statement: commits.append(statement) if statement == "COMMIT" else None)
+
+    results = store.create_jobs(
+        [
+            ("/first", job_request("/first", replicas=2), ""),
+            ("/taken", job_request("/taken"), ""),
+            ("/orphan/child", job_request("/orphan/child", parent_job_id="/orphan"), ""),
+            ("/last", job_request("/last"), "alice"),
+        ],
+        T0 + 1,
+    )
+
+    assert commits == ["COMMIT"]
+    assert [type(result).__name__ for result in results] == ["Effects", "JobExistsError", "NotFoundError", "Effects"]
+    assert "already exists" in str(results[1]) and "parent job /orphan not found" in str(results[2])
+    first = store.job_status("/first", include_tasks=True)
+    assert (first.state, [t.state for t in first.tasks]) == (pb.JOB_STATE_PENDING, [pb.TASK_STATE_PENDING] * 2)
+    assert store.job_status("/last").submitted_at.epoch_ms == T0 + 1
+    assert store.job_status("/taken").submitted_at.epoch_ms == T0
+    assert not store.job_exists("/orphan/child")
+    store.close()

@@ -50,97 +50,16 @@ from iris.cluster.controller.store_base import (
     HeartbeatPlan,
     JobExistsError,
     NotFoundError,
-    RequestAlreadyServedError,
     attempt_record,
     chunks,
     worker_metadata,
 )
+from iris.cluster.controller.store_launch import JobLaunches
 from iris.cluster.controller.store_reads import StoreReads
 
 
-class ControllerStore(StoreReads):
+class ControllerStore(JobLaunches, StoreReads):
     # ------------------------------------------------------------ jobs
-
-    def create_job(self, job_id: str, request: pb.LaunchJobRequest, now_ms: int, owner: str = "") -> Effects:
-        """`owner` is the user who launched the job (empty when auth is off)."""
-        stored = pb.LaunchJobRequest()
-        stored.CopyFrom(request)
-        stored.ClearField("bundle_blob")
-        num_tasks = max(1, request.replicas)
-        with self._write("launch_job", job_id) as db:
-            if request.request_id:
-                served = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request.request_id,)).fetchone()
-                if served is not None:
-                    raise RequestAlreadyServedError(served["job_id"])
-            existing = db.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-            if existing is not None:
-                raise JobExistsError(
-                    f"job {job_id} already exists ({state_label('job', existing['state'])}); "
-                    "choose another name or kill it first"
-                )
-            root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
-            # A job and its tasks are born PENDING; their history starts with their first move.
-            self._jobs_changed += 1
-            db.execute(
-                "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
-                " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    job_id,
-                    request.parent_job_id or None,
-                    pb.JOB_STATE_PENDING,
-                    stored.SerializeToString(),
-                    num_tasks,
-                    request.priority,
-                    now_ms,
-                    root_submitted_ms,
-                    request.request_id or None,
-                    owner,
-                ),
-            )
-            self._insert_tasks(db, job_id, num_tasks, now_ms)
-        with self._lock:
-            self._remember_request(job_id, stored)
-        return Effects(wake_scheduler=True)
-
-    def _root_submitted_ms(self, db: sqlite3.Connection, parent_job_id: str) -> int:
-        """When the root of a new child's tree was submitted; the parent must exist and still live."""
-        parent = db.execute(
-            "SELECT state, root_submitted_at_ms FROM jobs WHERE job_id=?", (parent_job_id,)
-        ).fetchone()
-        if parent is None:
-            raise NotFoundError(f"parent job {parent_job_id} not found")
-        if parent["state"] in TERMINAL_JOB_STATES:
-            raise JobExistsError(
-                f"parent job {parent_job_id} has already finished "
-                f"({state_label('job', parent['state'])}); cannot add a child to it"
-            )
-        return parent["root_submitted_at_ms"]
-
-    def _insert_tasks(self, db: sqlite3.Connection, job_id: str, num_tasks: int, now_ms: int) -> None:
-        # A task of a deleted job's name continues from its last attempt id.
-        previous = {
-            r["task_id"]: r["last_attempt"]
-            for r in db.execute(
-                "SELECT task_id, last_attempt FROM deleted_task_attempts WHERE task_id>? AND task_id<?",
-                (job_id + "/", job_id + "/\U0010ffff"),
-            )
-        }
-        db.executemany(
-            "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms,"
-            " current_attempt) VALUES (?,?,?,?,?,?,?)",
-            [
-                (
-                    f"{job_id}/{i}",
-                    job_id,
-                    i,
-                    pb.TASK_STATE_PENDING,
-                    "waiting for the scheduler",
-                    now_ms,
-                    previous.get(f"{job_id}/{i}", -1),
-                )
-                for i in range(num_tasks)
-            ],
-        )
 
     def terminate_job(self, job_id: str, reason: str, now_ms: int) -> tuple[list[str], Effects]:
         """Kill a job and, recursively, its children. Returns the ids of jobs that changed."""
