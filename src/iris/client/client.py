@@ -23,7 +23,7 @@ import cloudpickle
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, build_bundle
+from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, WorkspaceBundles
 from iris.client.credentials import bearer_interceptors, resolve_token
 from iris.cluster import task_env
 from iris.cluster.task_env import TaskEnv
@@ -242,6 +242,8 @@ class IrisClient:
             self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=bearer_interceptors(resolve_token(token))
         )
         self._on_close: list[Callable[[], None]] = []
+        # Every job submitted from an unchanged workspace carries the same bundle: zip it once.
+        self._bundles = WorkspaceBundles()
 
     @classmethod
     def remote(cls, url: str, workspace: Path | None = None, token: str | None = None) -> IrisClient:
@@ -400,7 +402,7 @@ class IrisClient:
         if bundle_root is None and not parent_job_id:
             bundle_root = Path.cwd()
         if bundle_root is not None:
-            bundle = build_bundle(Path(bundle_root), self.max_bundle_bytes)
+            bundle = self._bundles.build(Path(bundle_root), self.max_bundle_bytes)
             request.bundle_blob = bundle.blob
             request.bundle_sha256 = bundle.sha256
         request.request_id = uuid.uuid4().hex
