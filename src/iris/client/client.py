@@ -76,6 +76,13 @@ IDEMPOTENT_METHODS = frozenset(
         "get_job_spec",
     }
 )
+# Calls whose answers can be long and compress well: the controller gzips them. Every other answer
+# is a short message, which gzip makes costlier to build and read (about 0.2 ms of CPU on each end
+# here) for a few bytes saved. Requests are never compressed: the only large one, LaunchJob,
+# carries an already deflated bundle.
+COMPRESSED_ANSWERS = frozenset(
+    {"list_jobs", "list_tasks", "get_task_logs", "list_workers", "get_worker_logs", "get_time_series"}
+)
 # A transient failure (connection refused or reset, a timeout) of an idempotent call is retried
 # this many times, waiting TRANSIENT_RETRY_DELAY_S, doubling, in between.
 TRANSIENT_RETRIES = 3
@@ -238,8 +245,16 @@ class IrisClient:
         self.max_bundle_bytes = max_bundle_bytes
         self.reconnect_timeout = reconnect_timeout
         self.notice = notice
+        interceptors = bearer_interceptors(resolve_token(token))
         self._rpc = ControllerServiceClientSync(
-            self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=bearer_interceptors(resolve_token(token))
+            self.url,
+            timeout_ms=DEFAULT_RPC_TIMEOUT_MS,
+            interceptors=interceptors,
+            send_compression=None,
+            accept_compression=(),
+        )
+        self._compressed_rpc = ControllerServiceClientSync(
+            self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=interceptors, send_compression=None
         )
         self._on_close: list[Callable[[], None]] = []
         # Every job submitted from an unchanged workspace carries the same bundle: zip it once.
@@ -288,6 +303,7 @@ class IrisClient:
 
     def close(self) -> None:
         self._rpc.close()
+        self._compressed_rpc.close()
         while self._on_close:
             self._on_close.pop()()
 
@@ -305,7 +321,7 @@ class IrisClient:
         delay = TRANSIENT_RETRY_DELAY_S
         while True:
             try:
-                return getattr(self._rpc, method)(request, timeout_ms=timeout_ms)
+                return self._method(method)(request, timeout_ms=timeout_ms)
             except ConnectError as exc:
                 if exc.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or retries == 0:
                     raise _translate(exc, self.url) from None
@@ -315,9 +331,12 @@ class IrisClient:
 
     def _call_once(self, method: str, request: Any) -> Any:
         try:
-            return getattr(self._rpc, method)(request)
+            return self._method(method)(request)
         except ConnectError as exc:
             raise _translate(exc, self.url) from None
+
+    def _method(self, method: str) -> Callable[..., Any]:
+        return getattr(self._compressed_rpc if method in COMPRESSED_ANSWERS else self._rpc, method)
 
     def call_riding_out_restarts(self, method: str, request: Any) -> Any:
         """`call`, retrying with backoff for up to `reconnect_timeout` while the controller is unreachable."""
