@@ -245,12 +245,22 @@ class ControllerStore(JobLaunches, StoreReads):
     ) -> Effects:
         effects = Effects()
         with self._write("schedule", "") as db:
+            tasks, worker_states = {}, {}
+            for chunk in chunks([task_id for task_id, _ in assignments]):
+                marks = ",".join("?" * len(chunk))
+                tasks.update((t["task_id"], t) for t in db.execute(
+                    f"SELECT * FROM tasks WHERE task_id IN ({marks})", chunk
+                ))  # fmt: skip
+            for chunk in chunks(list({worker_id for _, worker_id in assignments})):
+                marks = ",".join("?" * len(chunk))
+                worker_states.update(db.execute(
+                    f"SELECT worker_id, state FROM workers WHERE worker_id IN ({marks})", chunk
+                ).fetchall())  # fmt: skip
             for task_id, worker_id in assignments:
-                task = db.execute("SELECT * FROM tasks WHERE task_id=?", (task_id,)).fetchone()
-                worker = db.execute("SELECT state FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
+                task = tasks.get(task_id)
                 if task is None or task["state"] != pb.TASK_STATE_PENDING:
                     continue  # killed while the scheduler was deciding
-                if worker is None or worker["state"] != pb.WORKER_STATE_HEALTHY:
+                if worker_states.get(worker_id) != pb.WORKER_STATE_HEALTHY:
                     continue
                 spec = self.request_for(task["job_id"]).resources
                 attempt_id = task["current_attempt"] + 1
