@@ -26,7 +26,7 @@ from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome, Heart
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.feasibility import demand_from_request, describe_demand, never_servable_reason
 from iris.cluster.controller.job_watch import JobWatch
-from iris.cluster.controller.launch import inherit_from_parent, job_id_for
+from iris.cluster.controller.launch import AcceptedBundles, inherit_from_parent, job_id_for
 from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
@@ -124,6 +124,7 @@ class Controller:
         self._stopping = False
         self._heartbeat_slots = asyncio.Semaphore(settings.max_heartbeats_in_flight)
         self._launches: ThreadBatch[Launch, Effects] = ThreadBatch(self._create_jobs)
+        self._stored_bundles = AcceptedBundles()  # only ever touched by the one running batch
         self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
         self._round_answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = (
             TurnBatch(self.core.rounds_answered)
@@ -266,7 +267,7 @@ class Controller:
             try:
                 self._refuse_never_servable(job_id, request)
                 if request.bundle_blob:
-                    request.bundle_uri = self.bundles.put(request.bundle_blob, request.bundle_sha256)
+                    request.bundle_uri = self._store_bundle(request.bundle_blob, request.bundle_sha256)
                 if request.parent_job_id:
                     inherit_from_parent(request, self.store.request_for(request.parent_job_id))
                 results.append(None)
@@ -277,6 +278,15 @@ class Controller:
         for i, result in zip(ready, created, strict=True):
             results[i] = result
         return [result for result in results if result is not None]
+
+    def _store_bundle(self, blob: bytes, sha256: str) -> str:
+        """The bundle's URI, stored unless this controller stored it lately: its digest was checked
+        against the bytes on the way in, and a remote store's existence check is a round trip."""
+        if sha256 in self._stored_bundles:
+            return self.bundles.uri_for(sha256)
+        uri = self.bundles.put(blob, sha256)
+        self._stored_bundles.add(sha256)
+        return uri
 
     async def job_status_after_change(
         self,
