@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from iris.bundle_format import DEFAULT_MAX_BUNDLE_BYTES, UnsafeBundleError, extract_bundle
-from iris.client.bundle import BundleTooLargeError, build_bundle
+from iris.client.bundle import BundleTooLargeError, WorkspaceBundles, build_bundle
 
 
 def write(root: Path, relative: str, content: str | bytes = "x") -> Path:
@@ -253,3 +253,40 @@ def test_extract_bundle_overwrites_previous_extraction(tmp_path: Path) -> None:
     extract_bundle(build_bundle(tmp_path / "ws").blob, dest)
 
     assert (dest / "main.py").read_text() == "v2"
+
+
+def _contents(blob: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def test_workspace_bundles_settled_workspace_is_zipped_once_and_again_after_each_change(tmp_path: Path) -> None:
+    write(tmp_path, "train.py", "print('v1')")
+    write(tmp_path, "data/config.yaml", "lr: 0.1")
+    bundles = WorkspaceBundles(settled_ns=0)  # every file counts as settled
+
+    first = bundles.build(tmp_path)
+    assert bundles.build(tmp_path) is first
+    assert first == build_bundle(tmp_path)
+
+    write(tmp_path, "train.py", "print('version 2')")
+    grown = bundles.build(tmp_path)
+    assert _contents(grown.blob)["train.py"] == b"print('version 2')"
+    write(tmp_path, "notes.txt", "new file")
+    added = bundles.build(tmp_path)
+    assert "notes.txt" in _contents(added.blob)
+    write(tmp_path, ".gitignore", "data/\n")
+    ignored = bundles.build(tmp_path)
+    assert "data/config.yaml" not in _contents(ignored.blob)
+    assert len({first.sha256, grown.sha256, added.sha256, ignored.sha256}) == 4
+
+
+def test_workspace_bundles_file_rewritten_just_after_a_build_with_the_same_size_is_seen(tmp_path: Path) -> None:
+    # Written within the same timestamp tick, a rewrite need not move the file's change time: a
+    # workspace changed this recently is zipped again rather than trusted.
+    write(tmp_path, "train.py", "lr = 0.1")
+    bundles = WorkspaceBundles()
+    bundles.build(tmp_path)
+    write(tmp_path, "train.py", "lr = 0.2")
+
+    assert _contents(bundles.build(tmp_path).blob)["train.py"] == b"lr = 0.2"

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import stat
+import time
 import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class _WorkspaceFile:
     path: Path
     size: int
     executable: bool
+    # (device, inode, mtime, ctime): any write, rename over or chmod changes the ctime
+    identity: tuple[int, int, int, int]
 
 
 def _read_ignore_file(directory: Path, base: str) -> _IgnoreFile | None:
@@ -126,7 +129,8 @@ def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
                 if real not in ancestors:
                     pending.append((path, rel, ignore_files, ancestors | {real}))
                 continue
-            files.append(_WorkspaceFile(rel, path, info.st_size, bool(info.st_mode & 0o111)))
+            identity = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+            files.append(_WorkspaceFile(rel, path, info.st_size, bool(info.st_mode & 0o111), identity))
     if skipped_links:
         # One line, not one per link: a workspace such as a home directory can hold thousands.
         examples = ", ".join(skipped_links[:3]) + (", ..." if len(skipped_links) > 3 else "")
@@ -195,11 +199,18 @@ def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> 
     rejected before any of it is read.
     """
     workspace = Path(workspace)
+    return _zip_files(workspace, _workspace_files(workspace), max_bytes)
+
+
+def _workspace_files(workspace: Path) -> list[_WorkspaceFile]:
     if not workspace.exists():
         raise FileNotFoundError(f"workspace {workspace} does not exist")
     if not workspace.is_dir():
         raise NotADirectoryError(f"workspace {workspace} is not a directory")
-    files = _collect_files(workspace)
+    return _collect_files(workspace)
+
+
+def _zip_files(workspace: Path, files: list[_WorkspaceFile], max_bytes: int) -> Bundle:
     total = sum(item.size for item in files)
     if total > max_bytes:
         raise BundleTooLargeError(_too_large_message(workspace, files, total, max_bytes))
@@ -220,3 +231,36 @@ def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> 
     return Bundle(
         blob=blob, sha256=hashlib.sha256(blob).hexdigest(), file_count=len(files), size_bytes=len(blob)
     )
+
+
+# A file changed this shortly before a bundle was read could change again within the same
+# timestamp tick of its filesystem without its ctime moving: such a bundle is not reused.
+SETTLED_NS = 1_000_000_000
+
+
+class WorkspaceBundles:
+    """`build_bundle` for a client that submits many jobs from one workspace: the last bundle is
+    reused while the workspace holds the same files (same paths, sizes, modes, inodes and change
+    times) and none of them had changed within SETTLED_NS before it was read. The tree is walked
+    each time, so .gitignore edits and new or deleted files are seen; only the zipping is saved."""
+
+    def __init__(self, settled_ns: int = SETTLED_NS) -> None:
+        self._settled_ns = settled_ns
+        self._last: tuple[tuple, Bundle] | None = None
+
+    def build(self, workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> Bundle:
+        workspace = Path(workspace)
+        reading_ns = time.time_ns()
+        files = _workspace_files(workspace)
+        signature = (
+            workspace.resolve(),
+            max_bytes,
+            tuple((item.arcname, item.size, item.executable, item.identity) for item in files),
+        )
+        last = self._last
+        if last is not None and last[0] == signature:
+            return last[1]
+        bundle = _zip_files(workspace, files, max_bytes)
+        settled = all(max(item.identity[2:]) < reading_ns - self._settled_ns for item in files)
+        self._last = (signature, bundle) if settled else None
+        return bundle

@@ -23,7 +23,7 @@ import cloudpickle
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, build_bundle
+from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, WorkspaceBundles
 from iris.client.credentials import bearer_interceptors, resolve_token
 from iris.cluster import task_env
 from iris.cluster.task_env import TaskEnv
@@ -75,6 +75,13 @@ IDEMPOTENT_METHODS = frozenset(
         "get_time_series",
         "get_job_spec",
     }
+)
+# Calls whose answers can be long and compress well: the controller gzips them. Every other answer
+# is a short message, which gzip makes costlier to build and read (about 0.2 ms of CPU on each end
+# here) for a few bytes saved. Requests are never compressed: the only large one, LaunchJob,
+# carries an already deflated bundle.
+COMPRESSED_ANSWERS = frozenset(
+    {"list_jobs", "list_tasks", "get_task_logs", "list_workers", "get_worker_logs", "get_time_series"}
 )
 # A transient failure (connection refused or reset, a timeout) of an idempotent call is retried
 # this many times, waiting TRANSIENT_RETRY_DELAY_S, doubling, in between.
@@ -238,10 +245,20 @@ class IrisClient:
         self.max_bundle_bytes = max_bundle_bytes
         self.reconnect_timeout = reconnect_timeout
         self.notice = notice
+        interceptors = bearer_interceptors(resolve_token(token))
         self._rpc = ControllerServiceClientSync(
-            self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=bearer_interceptors(resolve_token(token))
+            self.url,
+            timeout_ms=DEFAULT_RPC_TIMEOUT_MS,
+            interceptors=interceptors,
+            send_compression=None,
+            accept_compression=(),
+        )
+        self._compressed_rpc = ControllerServiceClientSync(
+            self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=interceptors, send_compression=None
         )
         self._on_close: list[Callable[[], None]] = []
+        # Every job submitted from an unchanged workspace carries the same bundle: zip it once.
+        self._bundles = WorkspaceBundles()
 
     @classmethod
     def remote(cls, url: str, workspace: Path | None = None, token: str | None = None) -> IrisClient:
@@ -286,6 +303,7 @@ class IrisClient:
 
     def close(self) -> None:
         self._rpc.close()
+        self._compressed_rpc.close()
         while self._on_close:
             self._on_close.pop()()
 
@@ -303,7 +321,7 @@ class IrisClient:
         delay = TRANSIENT_RETRY_DELAY_S
         while True:
             try:
-                return getattr(self._rpc, method)(request, timeout_ms=timeout_ms)
+                return self._method(method)(request, timeout_ms=timeout_ms)
             except ConnectError as exc:
                 if exc.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or retries == 0:
                     raise _translate(exc, self.url) from None
@@ -313,9 +331,12 @@ class IrisClient:
 
     def _call_once(self, method: str, request: Any) -> Any:
         try:
-            return getattr(self._rpc, method)(request)
+            return self._method(method)(request)
         except ConnectError as exc:
             raise _translate(exc, self.url) from None
+
+    def _method(self, method: str) -> Callable[..., Any]:
+        return getattr(self._compressed_rpc if method in COMPRESSED_ANSWERS else self._rpc, method)
 
     def call_riding_out_restarts(self, method: str, request: Any) -> Any:
         """`call`, retrying with backoff for up to `reconnect_timeout` while the controller is unreachable."""
@@ -400,7 +421,7 @@ class IrisClient:
         if bundle_root is None and not parent_job_id:
             bundle_root = Path.cwd()
         if bundle_root is not None:
-            bundle = build_bundle(Path(bundle_root), self.max_bundle_bytes)
+            bundle = self._bundles.build(Path(bundle_root), self.max_bundle_bytes)
             request.bundle_blob = bundle.blob
             request.bundle_sha256 = bundle.sha256
         request.request_id = uuid.uuid4().hex

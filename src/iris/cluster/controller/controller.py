@@ -26,11 +26,13 @@ from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome, Heart
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.feasibility import demand_from_request, describe_demand, never_servable_reason
 from iris.cluster.controller.job_watch import JobWatch
-from iris.cluster.controller.launch import inherit_from_parent, job_id_for
+from iris.cluster.controller.launch import AcceptedBundles, inherit_from_parent, job_id_for
 from iris.cluster.controller.samples import ClusterSamples
 from iris.cluster.controller.settings import ControllerSettings
 from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
+from iris.cluster.controller.store_launch import Launch
+from iris.cluster.controller.thread_batch import ThreadBatch
 from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
 from iris.cluster.task_env import TOKEN
 from iris.cluster.types import TERMINAL_JOB_STATES
@@ -121,6 +123,8 @@ class Controller:
         self._round_waiters: dict[str, list[asyncio.Future[bool]]] = {}
         self._stopping = False
         self._heartbeat_slots = asyncio.Semaphore(settings.max_heartbeats_in_flight)
+        self._launches: ThreadBatch[Launch, Effects] = ThreadBatch(self._create_jobs)
+        self._stored_bundles = AcceptedBundles()  # only ever touched by the one running batch
         self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
         self._round_answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = (
             TurnBatch(self.core.rounds_answered)
@@ -245,9 +249,10 @@ class Controller:
                 self.terminate_job(job_id, "replaced by a new submission of the same name")
             self.store.delete_job_tree(job_id)
         # Checking every healthy worker, storing the bundle and writing one row per task take a
-        # while for a big job, and the event loop must keep serving: one trip to a thread.
+        # while for a big job, and the event loop must keep serving: one trip to a thread, shared
+        # with the submissions that arrive meanwhile (one transaction for all of them).
         try:
-            effects = await asyncio.to_thread(self._create_job, job_id, request, owner)
+            effects = await self._launches.submit((job_id, request, owner))
         except RequestAlreadyServedError as served:
             return served.job_id  # a concurrent retry of the same submission got there first
         self.apply_effects(effects)
@@ -255,13 +260,33 @@ class Controller:
             self.autoscaler.wake()
         return job_id
 
-    def _create_job(self, job_id: str, request: pb.LaunchJobRequest, owner: str) -> Effects:
-        self._refuse_never_servable(job_id, request)
-        if request.bundle_blob:
-            request.bundle_uri = self.bundles.put(request.bundle_blob, request.bundle_sha256)
-        if request.parent_job_id:
-            inherit_from_parent(request, self.store.request_for(request.parent_job_id))
-        return self.store.create_job(job_id, request, now_ms(), owner)
+    def _create_jobs(self, launches: list[Launch]) -> list[Effects | Exception]:
+        """Off the event loop: each launch's checks and bundle, then one transaction for those that passed."""
+        results: list[Effects | Exception | None] = []
+        for job_id, request, _ in launches:
+            try:
+                self._refuse_never_servable(job_id, request)
+                if request.bundle_blob:
+                    request.bundle_uri = self._store_bundle(request.bundle_blob, request.bundle_sha256)
+                if request.parent_job_id:
+                    inherit_from_parent(request, self.store.request_for(request.parent_job_id))
+                results.append(None)
+            except Exception as exc:  # noqa: BLE001 - refuses this launch alone
+                results.append(exc)
+        ready = [i for i, result in enumerate(results) if result is None]
+        created = self.store.create_jobs([launches[i] for i in ready], now_ms()) if ready else []
+        for i, result in zip(ready, created, strict=True):
+            results[i] = result
+        return [result for result in results if result is not None]
+
+    def _store_bundle(self, blob: bytes, sha256: str) -> str:
+        """The bundle's URI, stored unless this controller stored it lately: its digest was checked
+        against the bytes on the way in, and a remote store's existence check is a round trip."""
+        if sha256 in self._stored_bundles:
+            return self.bundles.uri_for(sha256)
+        uri = self.bundles.put(blob, sha256)
+        self._stored_bundles.add(sha256)
+        return uri
 
     async def job_status_after_change(
         self,

@@ -77,11 +77,13 @@ def check_bundle(request: pb.LaunchJobRequest, max_bundle_bytes: int) -> None:
 
 
 class AcceptedBundles:
-    """Digests of the bundles that lately passed `check_bundle_blob`, most recent last.
+    """Digests of the bundles that lately passed a check (`check_bundle_blob`, or being stored),
+    most recent last.
 
     Every job submitted from one workspace carries the same bundle. `check_bundle` has verified
     that a request's digest is its bytes' SHA-256, so a digest seen here is the same bytes, and
-    unzipping them again (off the event loop, a thread hop per job) can be skipped."""
+    checking them again (unzipping them off the event loop, a thread hop per job; asking the
+    bundle store whether it holds them) can be skipped."""
 
     def __init__(self, capacity: int = 256) -> None:
         self._capacity = capacity

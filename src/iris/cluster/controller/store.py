@@ -50,96 +50,16 @@ from iris.cluster.controller.store_base import (
     HeartbeatPlan,
     JobExistsError,
     NotFoundError,
-    RequestAlreadyServedError,
     attempt_record,
+    chunks,
     worker_metadata,
 )
+from iris.cluster.controller.store_launch import JobLaunches
 from iris.cluster.controller.store_reads import StoreReads
 
 
-class ControllerStore(StoreReads):
+class ControllerStore(JobLaunches, StoreReads):
     # ------------------------------------------------------------ jobs
-
-    def create_job(self, job_id: str, request: pb.LaunchJobRequest, now_ms: int, owner: str = "") -> Effects:
-        """`owner` is the user who launched the job (empty when auth is off)."""
-        stored = pb.LaunchJobRequest()
-        stored.CopyFrom(request)
-        stored.ClearField("bundle_blob")
-        num_tasks = max(1, request.replicas)
-        with self._write("launch_job", job_id) as db:
-            if request.request_id:
-                served = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request.request_id,)).fetchone()
-                if served is not None:
-                    raise RequestAlreadyServedError(served["job_id"])
-            existing = db.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-            if existing is not None:
-                raise JobExistsError(
-                    f"job {job_id} already exists ({state_label('job', existing['state'])}); "
-                    "choose another name or kill it first"
-                )
-            root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
-            # A job and its tasks are born PENDING; their history starts with their first move.
-            self._jobs_changed += 1
-            db.execute(
-                "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
-                " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    job_id,
-                    request.parent_job_id or None,
-                    pb.JOB_STATE_PENDING,
-                    stored.SerializeToString(),
-                    num_tasks,
-                    request.priority,
-                    now_ms,
-                    root_submitted_ms,
-                    request.request_id or None,
-                    owner,
-                ),
-            )
-            self._insert_tasks(db, job_id, num_tasks, now_ms)
-        with self._lock:
-            self._remember_request(job_id, stored)
-        return Effects(wake_scheduler=True)
-
-    def _root_submitted_ms(self, db: sqlite3.Connection, parent_job_id: str) -> int:
-        """When the root of a new child's tree was submitted; the parent must exist and still live."""
-        parent = db.execute(
-            "SELECT state, root_submitted_at_ms FROM jobs WHERE job_id=?", (parent_job_id,)
-        ).fetchone()
-        if parent is None:
-            raise NotFoundError(f"parent job {parent_job_id} not found")
-        if parent["state"] in TERMINAL_JOB_STATES:
-            raise JobExistsError(
-                f"parent job {parent_job_id} has already finished "
-                f"({state_label('job', parent['state'])}); cannot add a child to it"
-            )
-        return parent["root_submitted_at_ms"]
-
-    def _insert_tasks(self, db: sqlite3.Connection, job_id: str, num_tasks: int, now_ms: int) -> None:
-        # A task of a deleted job's name continues from its last attempt id.
-        previous = {
-            r["task_id"]: r["last_attempt"]
-            for r in db.execute(
-                "SELECT task_id, last_attempt FROM deleted_task_attempts WHERE task_id>? AND task_id<?",
-                (job_id + "/", job_id + "/\U0010ffff"),
-            )
-        }
-        db.executemany(
-            "INSERT INTO tasks(task_id, job_id, task_index, state, pending_reason, pending_since_ms,"
-            " current_attempt) VALUES (?,?,?,?,?,?,?)",
-            [
-                (
-                    f"{job_id}/{i}",
-                    job_id,
-                    i,
-                    pb.TASK_STATE_PENDING,
-                    "waiting for the scheduler",
-                    now_ms,
-                    previous.get(f"{job_id}/{i}", -1),
-                )
-                for i in range(num_tasks)
-            ],
-        )
 
     def terminate_job(self, job_id: str, reason: str, now_ms: int) -> tuple[list[str], Effects]:
         """Kill a job and, recursively, its children. Returns the ids of jobs that changed."""
@@ -325,12 +245,22 @@ class ControllerStore(StoreReads):
     ) -> Effects:
         effects = Effects()
         with self._write("schedule", "") as db:
+            tasks, worker_states = {}, {}
+            for chunk in chunks([task_id for task_id, _ in assignments]):
+                marks = ",".join("?" * len(chunk))
+                tasks.update((t["task_id"], t) for t in db.execute(
+                    f"SELECT * FROM tasks WHERE task_id IN ({marks})", chunk
+                ))  # fmt: skip
+            for chunk in chunks(list({worker_id for _, worker_id in assignments})):
+                marks = ",".join("?" * len(chunk))
+                worker_states.update(db.execute(
+                    f"SELECT worker_id, state FROM workers WHERE worker_id IN ({marks})", chunk
+                ).fetchall())  # fmt: skip
             for task_id, worker_id in assignments:
-                task = db.execute("SELECT * FROM tasks WHERE task_id=?", (task_id,)).fetchone()
-                worker = db.execute("SELECT state FROM workers WHERE worker_id=?", (worker_id,)).fetchone()
+                task = tasks.get(task_id)
                 if task is None or task["state"] != pb.TASK_STATE_PENDING:
                     continue  # killed while the scheduler was deciding
-                if worker is None or worker["state"] != pb.WORKER_STATE_HEALTHY:
+                if worker_states.get(worker_id) != pb.WORKER_STATE_HEALTHY:
                     continue
                 spec = self.request_for(task["job_id"]).resources
                 attempt_id = task["current_attempt"] + 1
@@ -409,7 +339,7 @@ class ControllerStore(StoreReads):
         None for a worker that is no longer live."""
         plans: dict[str, HeartbeatPlan | None] = dict.fromkeys(worker_ids)
         with self._read() as db:
-            for chunk in _chunks(list(plans)):
+            for chunk in chunks(list(plans)):
                 marks = ",".join("?" * len(chunk))
                 workers = {
                     w["worker_id"]: w
@@ -511,7 +441,7 @@ class ControllerStore(StoreReads):
             if not plan.to_run and not plan.expected and not response.running_tasks and not response.completed_tasks
         ]
         stamped: set[str] = set()
-        for chunk in _chunks(idle):
+        for chunk in chunks(idle):
             stamped.update(
                 row[0]
                 for row in db.execute(
@@ -544,8 +474,9 @@ class ControllerStore(StoreReads):
         expected = [(e.task_id, e.attempt_id) for e in plan.expected]
         if not expected and not statuses:
             return [], effects
-        tails = self._absorb_logs(expected, statuses)
-        snapshot = self._snapshot([*expected, *statuses])
+        rows = self._rows([*expected, *statuses])
+        tails = self._absorb_logs(expected, statuses, rows)
+        snapshot = self._snapshot([*expected, *statuses], rows)
         reports = {key: reconcile.report_from_proto(status) for key, status in statuses.items()}
         decisions, rejected = reconcile.on_heartbeat(plan.worker_id, expected, reports, snapshot, tails)
         for (task_id, attempt_id), error in rejected:
@@ -558,40 +489,43 @@ class ControllerStore(StoreReads):
                 error,
                 story,
             )
-        self._persist(decisions, now_ms, effects)
+        try:
+            self._persist(decisions, now_ms, effects)
+            # Log positions no attempt's end took along.
+            db.executemany(
+                "UPDATE attempts SET log_offset=?, logs_complete=? WHERE task_id=? AND attempt_id=?",
+                [(*position, *key) for key, position in self._log_positions.items()],
+            )
+        finally:
+            self._log_positions.clear()
         return decisions.unknown, effects
 
     def _absorb_logs(
-        self, expected: list[AttemptKey], statuses: dict[AttemptKey, pb.WorkerTaskStatus]
+        self,
+        expected: list[AttemptKey],
+        statuses: dict[AttemptKey, pb.WorkerTaskStatus],
+        rows: tuple[dict[AttemptKey, sqlite3.Row], dict[str, sqlite3.Row]],
     ) -> dict[AttemptKey, list[str]]:
-        """Store the log lines of expected attempts; returns the output tail of those that failed."""
+        """Store the log lines of expected attempts, and note their new log positions for the
+        attempts' own updates to carry (`_log_positions`); returns the output tail of those that failed."""
         db = self._conn
+        attempts, tasks = rows
         tails = {}
         for key in expected:
             status = statuses.get(key)
-            if status is None:
-                continue
-            attempt = db.execute(
-                "SELECT a.log_offset, t.job_id FROM attempts a JOIN tasks t ON t.task_id=a.task_id "
-                "WHERE a.task_id=? AND a.attempt_id=?",
-                key,
-            ).fetchone()
-            if attempt is None:
+            attempt = attempts.get(key)
+            if status is None or attempt is None or key[0] not in tasks:
                 continue
             if status.logs:
+                job_id = tasks[key[0]]["job_id"]
                 db.executemany(
                     "INSERT INTO task_logs(job_id, task_id, attempt_id, ts_ms, source, data) VALUES (?,?,?,?,?,?)",
-                    [
-                        (attempt["job_id"], *key, line.timestamp_ms, line.source, line.data)
-                        for line in status.logs
-                    ],
+                    [(job_id, *key, line.timestamp_ms, line.source, line.data) for line in status.logs],
                 )
             log_offset = attempt["log_offset"] + len(status.logs)
-            logs_complete = status.state not in ACTIVE_ATTEMPT_STATES and log_offset >= status.total_log_lines
-            db.execute(
-                "UPDATE attempts SET log_offset=?, logs_complete=? WHERE task_id=? AND attempt_id=?",
-                (log_offset, int(logs_complete), *key),
-            )
+            logs_complete = int(status.state not in ACTIVE_ATTEMPT_STATES and log_offset >= status.total_log_lines)
+            if (log_offset, logs_complete) != (attempt["log_offset"], attempt["logs_complete"]):
+                self._log_positions[key] = (log_offset, logs_complete)
             if status.state == pb.TASK_STATE_FAILED:
                 tails[key] = [
                     r["data"]
@@ -690,11 +624,3 @@ class ControllerStore(StoreReads):
                 ):
                     self._fail_worker(worker, reason, now_ms, effects, final_state)
         return effects
-
-
-# Ids per `IN (...)` query: well under SQLite's limit on bound parameters.
-_IN_CHUNK = 500
-
-
-def _chunks(ids: list[str]) -> list[list[str]]:
-    return [ids[i : i + _IN_CHUNK] for i in range(0, len(ids), _IN_CHUNK)]

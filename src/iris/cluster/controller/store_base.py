@@ -9,12 +9,13 @@ with its companion columns, in the caller's transaction. Nothing else writes a s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,9 @@ TERMINAL_JOB_SQL = ",".join(str(s) for s in TERMINAL_JOB_STATES)
 LIVE_WORKER_SQL = f"{pb.WORKER_STATE_HEALTHY},{pb.WORKER_STATE_UNHEALTHY}"
 # Launch requests kept parsed in memory; older ones are read again from the jobs table.
 REQUEST_CACHE_SIZE = 10_000
+
+# Ids per `IN (...)` query: well under SQLite's limit on bound parameters.
+IN_CHUNK = 500
 
 # kind -> (table, key columns) for the mutation path.
 _ENTITIES = {
@@ -159,6 +163,14 @@ class StoreBase:
         self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
+        # History rows of the event being written, inserted together when it ends (or before
+        # anything reads the history): one statement per event rather than one per state change.
+        self._transition_rows: list[tuple] = []
+        # (log_offset, logs_complete) of attempts a heartbeat answer moved on, written with the
+        # attempt's end when the same answer ends it, else on their own once it is applied.
+        self._log_positions: dict[AttemptKey, tuple[int, int]] = {}
+        # Tree kills written so far: a job's end that kills other jobs makes rows read before stale.
+        self._tree_kills = 0
         with self._write("migrate", self._path):
             migrate(self._conn)
 
@@ -174,7 +186,9 @@ class StoreBase:
                 if event != "migrate":  # a store that cannot migrate stops the daemon: no recovery to test
                     chaos.maybe_fail(chaos.CONTROLLER_STORE_WRITE, sqlite3.OperationalError)
                 yield self._conn
+                self._flush_transitions()
             except BaseException:
+                self._transition_rows.clear()
                 self._conn.execute("ROLLBACK")
                 raise
             finally:
@@ -186,11 +200,14 @@ class StoreBase:
         """One event of a batch that shares a `_write()` transaction: its transitions carry its own
         event id, and a failure rolls back this event alone (a savepoint) before it propagates.
         One commit for many events is what makes a heartbeat round over thousands of workers cheap."""
+        self._flush_transitions()
         self._event, self._event_id = (event, subject), None
         self._conn.execute("SAVEPOINT event")
         try:
             yield self._conn
+            self._flush_transitions()
         except BaseException:
+            self._transition_rows.clear()
             self._conn.execute("ROLLBACK TO event")
             raise
         finally:
@@ -214,8 +231,18 @@ class StoreBase:
             ).lastrowid
         return self._event_id
 
+    def _flush_transitions(self) -> None:
+        if self._transition_rows:
+            self._conn.executemany(
+                "INSERT INTO transitions(kind, entity_id, from_state, to_state, reason, at_ms, event_id)"
+                " VALUES (?,?,?,?,?,?,?)",
+                self._transition_rows,
+            )
+            self._transition_rows.clear()
+
     def _story(self, kind: str, entity_id: str) -> str:
         """An entity's recorded moves, for errors about it."""
+        self._flush_transitions()
         story = [
             f"{state_label(kind, r['from_state'])}->{state_label(kind, r['to_state'])} ({r['reason']})"
             for r in self._conn.execute(
@@ -245,11 +272,7 @@ class StoreBase:
                 raise InvalidTransitionError(
                     f"{exc}; story: {self._story(kind, entity_id)}", kind, entity_id
                 ) from None
-            self._conn.execute(
-                "INSERT INTO transitions(kind, entity_id, from_state, to_state, reason, at_ms, event_id)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)),
-            )
+            self._transition_rows.append((kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)))
         if kind == "task":
             self._written_reasons.pop(entity_id, None)
         if kind == "job":
@@ -332,6 +355,7 @@ class StoreBase:
         return states, children
 
     def _persist_tree_kill(self, kills: list[job_tree.JobKill], now_ms: int, effects: Effects) -> list[str]:
+        self._tree_kills += bool(kills)
         for kill in kills:
             self._kill_tasks(kill.job_id, kill.reason, now_ms, effects)
             self._set_state(
@@ -354,9 +378,47 @@ class StoreBase:
             )
             self._persist(reconcile.on_kill(tasks, reason, snapshot), now_ms, effects)
 
-    def _refresh_job(self, job_id: str, now_ms: int, effects: Effects) -> None:
-        """Derive the job's state from its tasks and persist it with what its end implies."""
-        row = self._conn.execute("SELECT state, started_at_ms FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+    def _refresh_jobs(self, job_ids: list[str], now_ms: int, effects: Effects) -> None:
+        """`_refresh_job` of each job, in order, from rows read for all of them in two queries per
+        chunk. A job's end may kill its children's tree, so after any such kill the rest are read
+        again one by one."""
+        kills_before = self._tree_kills
+        rows: dict[str, sqlite3.Row] = {}
+        tasks: dict[str, list[sqlite3.Row]] = {}
+        for chunk in chunks(job_ids):
+            marks = ",".join("?" * len(chunk))
+            rows.update((row["job_id"], row) for row in self._conn.execute(
+                f"SELECT job_id, state, started_at_ms FROM jobs WHERE job_id IN ({marks})", chunk
+            ))  # fmt: skip
+            for task in self._conn.execute(
+                f"SELECT job_id, task_id, state, exit_code, error, started_at_ms FROM tasks"
+                f" WHERE job_id IN ({marks}) ORDER BY job_id, task_index",
+                chunk,
+            ):
+                tasks.setdefault(task["job_id"], []).append(task)
+        for job_id in job_ids:
+            if self._tree_kills == kills_before:
+                self._refresh_job(job_id, now_ms, effects, (rows[job_id], tasks.get(job_id, [])))
+            else:
+                self._refresh_job(job_id, now_ms, effects)
+
+    def _refresh_job(
+        self,
+        job_id: str,
+        now_ms: int,
+        effects: Effects,
+        rows: tuple[sqlite3.Row, list[sqlite3.Row]] | None = None,
+    ) -> None:
+        """Derive the job's state from its tasks (their `rows` when already read) and persist it
+        with what its end implies."""
+        if rows is None:
+            row = self._conn.execute("SELECT state, started_at_ms FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            task_rows = self._conn.execute(
+                "SELECT task_id, state, exit_code, error, started_at_ms FROM tasks WHERE job_id=? ORDER BY task_index",
+                (job_id,),
+            )
+        else:
+            row, task_rows = rows
         if row["state"] in TERMINAL_JOB_STATES:
             return
         request = self.request_for(job_id)
@@ -368,10 +430,7 @@ class StoreBase:
         )
         tasks = [
             job_tree.TaskOutcomeRecord(t["task_id"], t["state"], t["exit_code"], t["error"], t["started_at_ms"])
-            for t in self._conn.execute(
-                "SELECT task_id, state, exit_code, error, started_at_ms FROM tasks WHERE job_id=? ORDER BY task_index",
-                (job_id,),
-            )
+            for t in task_rows
         ]
         update = job_tree.decide_job_update(job, tasks, now_ms)
         if update is not None:
@@ -396,12 +455,34 @@ class StoreBase:
 
     # ------------------------------------------------------------ applying decisions
 
-    def _snapshot(self, keys: Iterable[AttemptKey], task_ids: Iterable[str] = ()) -> Snapshot:
-        """The tasks and attempts behind `keys` (and `task_ids`), with their jobs' budgets; for gang
-        jobs, every member and its current attempt, so a restart can reach them."""
+    def _rows(self, keys: Iterable[AttemptKey]) -> tuple[dict[AttemptKey, sqlite3.Row], dict[str, sqlite3.Row]]:
+        """The attempts rows behind `keys` and their tasks' rows: two queries per chunk of tasks,
+        however many attempts a heartbeat answer reports."""
+        wanted = set(keys)
+        attempts: dict[AttemptKey, sqlite3.Row] = {}
+        tasks: dict[str, sqlite3.Row] = {}
+        for chunk in chunks(list(dict.fromkeys(task_id for task_id, _ in wanted))):
+            marks = ",".join("?" * len(chunk))
+            tasks.update((row["task_id"], row) for row in self._conn.execute(
+                f"SELECT * FROM tasks WHERE task_id IN ({marks})", chunk
+            ))  # fmt: skip
+            # By task: SQLite's index serves `task_id IN`, not a list of (task_id, attempt_id) pairs.
+            for row in self._conn.execute(f"SELECT * FROM attempts WHERE task_id IN ({marks})", chunk):
+                if (key := (row["task_id"], row["attempt_id"])) in wanted:
+                    attempts[key] = row
+        return attempts, tasks
+
+    def _snapshot(
+        self,
+        keys: Iterable[AttemptKey],
+        rows: tuple[dict[AttemptKey, sqlite3.Row], dict[str, sqlite3.Row]] | None = None,
+    ) -> Snapshot:
+        """The tasks and attempts behind `keys` (their `rows` when already read), with their jobs'
+        budgets; for gang jobs, every member and its current attempt, so a restart can reach them."""
         db = self._conn
-        attempts: dict[AttemptKey, AttemptRecord] = {}
-        tasks: dict[str, TaskRecord] = {}
+        attempt_rows, task_rows = rows if rows is not None else self._rows(keys)
+        attempts = {key: attempt_record(row) for key, row in attempt_rows.items()}
+        tasks = {task_id: task_record(row) for task_id, row in task_rows.items()}
 
         def load_attempt(key: AttemptKey) -> None:
             if key not in attempts:
@@ -409,19 +490,6 @@ class StoreBase:
                 if row is not None:
                     attempts[key] = attempt_record(row)
 
-        def load_task(task_id: str) -> TaskRecord | None:
-            if task_id not in tasks:
-                row = db.execute("SELECT * FROM tasks WHERE task_id=?", (task_id,)).fetchone()
-                if row is None:
-                    return None
-                tasks[task_id] = task_record(row)
-            return tasks[task_id]
-
-        for key in keys:
-            load_attempt(key)
-            load_task(key[0])
-        for task_id in task_ids:
-            load_task(task_id)
         budgets = {job_id: self._budget(job_id) for job_id in {t.job_id for t in tasks.values()}}
         gang_tasks: dict[str, list[str]] = {}
         for job_id in [j for j, b in budgets.items() if b.gang]:
@@ -439,7 +507,7 @@ class StoreBase:
         db = self._conn
         for key in decisions.logs_complete:
             db.execute("UPDATE attempts SET logs_complete=1 WHERE task_id=? AND attempt_id=?", key)
-        for change in decisions.changes:
+        for change in fold_start_times(decisions.changes):
             if isinstance(change, AttemptChange):
                 self._persist_attempt(change, now_ms)
             elif isinstance(change, TaskChange):
@@ -449,19 +517,23 @@ class StoreBase:
         for worker_id, task_id, attempt_id in decisions.kills:
             effects.kills.append((worker_id, task_id, attempt_id))
             effects.heartbeat_workers.add(worker_id)
-        for job_id in sorted(decisions.touched_jobs):
-            self._refresh_job(job_id, now_ms, effects)
         if decisions.touched_jobs:
+            self._refresh_jobs(sorted(decisions.touched_jobs), now_ms, effects)
             effects.wake_scheduler = True
 
     def _persist_attempt(self, change: AttemptChange, now_ms: int) -> None:
         key = (change.task_id, change.attempt_id)
         if change.ended:
             # An attempt the worker never received has no logs to wait for.
+            columns: dict[str, object] = {"logs_complete": Sql("MAX(logs_complete, 1 - delivered)")}
+            if key in self._log_positions:
+                log_offset, logs_complete = self._log_positions.pop(key)
+                columns = {"log_offset": log_offset, "logs_complete": Sql("MAX(?, 1 - delivered)", (logs_complete,))}
+            if change.started_at_ms:
+                columns["started_at_ms"] = Sql("COALESCE(started_at_ms, ?)", (change.started_at_ms,))
             self._set_state(
                 "attempt", key, change.old, change.new, change.reason, now_ms,
-                exit_code=change.exit_code, error=change.error, finished_at_ms=now_ms,
-                logs_complete=Sql("MAX(logs_complete, 1 - delivered)"),
+                exit_code=change.exit_code, error=change.error, finished_at_ms=now_ms, **columns,
             )  # fmt: skip
         else:
             started = Sql("COALESCE(started_at_ms, ?)", (change.started_at_ms or now_ms,))
@@ -488,6 +560,8 @@ class StoreBase:
             columns = {"error": change.error, "finished_at_ms": now_ms, "pending_reason": ""}
         else:
             columns = {"started_at_ms": Sql("COALESCE(started_at_ms, ?)", (change.started_at_ms or now_ms,))}
+        if change.started_at_ms and "started_at_ms" not in columns:  # a report's start, folded into its end
+            columns["started_at_ms"] = Sql("COALESCE(started_at_ms, ?)", (change.started_at_ms,))
         self._set_state("task", change.task_id, change.old, change.new, change.reason, now_ms, **columns)
 
     def _persist_detail(self, detail: TaskDetail) -> None:
@@ -507,6 +581,35 @@ class StoreBase:
             )
         if detail.result:
             db.execute("UPDATE tasks SET result=? WHERE task_id=?", (detail.result, detail.task_id))
+
+
+def fold_start_times(
+    changes: Sequence[AttemptChange | TaskChange | TaskDetail],
+) -> list[AttemptChange | TaskChange | TaskDetail]:
+    """The changes with a finished attempt's reported start time moved from its `TaskDetail` into
+    the attempt's and the task's end changes that follow it, so that each row is written once.
+    Both are written as COALESCE(started_at_ms, ?) either way, so the rows end up the same."""
+    folded = list(changes)
+    for i, detail in enumerate(folded):
+        if not isinstance(detail, TaskDetail) or not detail.started_at_ms:
+            continue
+        ends = folded[i + 1 : i + 3]
+        if (
+            len(ends) == 2
+            and isinstance(ends[0], AttemptChange)
+            and ends[0].ended
+            and (ends[0].task_id, ends[0].attempt_id) == (detail.task_id, detail.attempt_id)
+            and isinstance(ends[1], TaskChange)
+            and ends[1].task_id == detail.task_id
+            and not ends[1].started_at_ms
+        ):
+            folded[i + 1 : i + 3] = [dataclasses.replace(end, started_at_ms=detail.started_at_ms) for end in ends]
+            folded[i] = dataclasses.replace(detail, started_at_ms=0)
+    return folded
+
+
+def chunks(ids: list[str]) -> list[list[str]]:
+    return [ids[i : i + IN_CHUNK] for i in range(0, len(ids), IN_CHUNK)]
 
 
 def task_record(row: sqlite3.Row) -> TaskRecord:
