@@ -46,6 +46,11 @@ JOB_ORDER_SQL: dict[int, str] = {
     order: ", ".join(f"{column} {'DESC' if descending else 'ASC'}" for column, descending in key)
     for order, key in JOB_ORDER_KEYS.items()
 }
+# Each order backwards: the same index walked from its other end.
+JOB_ORDER_BACKWARDS_SQL: dict[int, str] = {
+    order: ", ".join(f"{column} {'ASC' if descending else 'DESC'}" for column, descending in key)
+    for order, key in JOB_ORDER_KEYS.items()
+}
 _KEY_TYPES = {"submitted_at_ms": int, "state": int, "job_id": str}
 # A name prefix as a range of the primary key; the same range written so that SQLite cannot
 # use the primary key for it (`+job_id`) and walks the listing order's index instead.
@@ -277,8 +282,17 @@ class StoreReads(StoreBase):
                 total = self._count_jobs(db, clause, params)
             else:
                 total = self._count_in_states(db, state_list)
-            page_sql = self._page_sql(db, filters.order, page_where, prefix_at, total, offset + limit)
+            # A page past the middle of the selection is fewer rows from its other end, so it is
+            # read walking the order backwards: no page skips more than half of the selection.
+            backwards = total // 2 < offset < total
+            if backwards:
+                end = total - offset  # where the page ends, counted from the other end
+                offset = max(0, end - limit)
+                limit = end - offset
+            page_sql = self._page_sql(db, filters.order, backwards, page_where, prefix_at, total, offset + limit)
             rows = db.execute(page_sql, [*page_params, limit, offset]).fetchall()
+            if backwards:
+                rows.reverse()
             ids = [r["job_id"] for r in rows]
             # One query for the page's task counts, and each request from its row (cached or
             # parsed), instead of two queries per listed job.
@@ -296,23 +310,32 @@ class StoreReads(StoreBase):
             return jobs, total
 
     def _page_sql(
-        self, db: sqlite3.Connection, order: int, where: list[str], prefix_at: int | None, total: int, rows_needed: int
+        self,
+        db: sqlite3.Connection,
+        order: int,
+        backwards: bool,
+        where: list[str],
+        prefix_at: int | None,
+        total: int,
+        rows_needed: int,
     ) -> str:
-        """The SELECT of one page (parameters: the conditions', then LIMIT and OFFSET). With a name
-        prefix (`where[prefix_at]`) and an order not led by the name, the cheaper of two plans:
-        walking the order's index past the jobs without the prefix, about rows_needed * all /
-        total index entries, or sorting the keys of the `total` jobs with it."""
-        order_sql = JOB_ORDER_SQL[order]
+        """The SELECT of one page (parameters: the conditions', then LIMIT and OFFSET), in the order
+        or, `backwards`, in its reverse. The page's keys come from an index that holds them, so the
+        rows an offset skips are index entries only, never table rows; then the page's rows are read
+        by key. With a name prefix (`where[prefix_at]`) and an order not led by the name, the keys
+        come from the cheaper of two plans: walking the order's index past the jobs without the
+        prefix, about rows_needed * all / total index entries, or sorting the keys of the `total`
+        jobs with it."""
+        order_sql = (JOB_ORDER_BACKWARDS_SQL if backwards else JOB_ORDER_SQL)[order]
         if prefix_at is not None and JOB_ORDER_KEYS[order][0][0] != "job_id":
-            if total * total < rows_needed * self._count_in_states(db, []):
-                return (
-                    f"SELECT * FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE {' AND '.join(where)}"
-                    f" ORDER BY {order_sql} LIMIT ? OFFSET ?) ORDER BY {order_sql}"
-                )
-            where = [*where]
-            where[prefix_at] = PREFIX_WALK_SQL
+            if total * total >= rows_needed * self._count_in_states(db, []):
+                where = [*where]
+                where[prefix_at] = PREFIX_WALK_SQL
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        return f"SELECT * FROM jobs {clause} ORDER BY {order_sql} LIMIT ? OFFSET ?"
+        return (
+            f"SELECT * FROM jobs WHERE job_id IN (SELECT job_id FROM jobs {clause}"
+            f" ORDER BY {order_sql} LIMIT ? OFFSET ?) ORDER BY {order_sql}"
+        )
 
     def _count_jobs(self, db: sqlite3.Connection, clause: str, params: list[object]) -> int:
         """The selection's size, counted again only after a job was created, deleted or moved."""
