@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,34 @@ def test_list_jobs_offset_pages_past_the_middle_match_the_whole_listing(
     for offset, (jobs, page_total) in pages.items():
         assert ([j.job_id for j in jobs], page_total) == (listing[offset : offset + 3], total), offset
     store.close()
+
+
+def test_list_jobs_and_job_status_answer_during_a_write_with_what_was_committed(store: ControllerStore) -> None:
+    inside_write, finish_write = threading.Event(), threading.Event()
+
+    def pause_inside_the_write(job_id: str) -> None:
+        inside_write.set()
+        assert finish_write.wait(10)
+
+    store.on_job_state_change = pause_inside_the_write
+    writer = threading.Thread(target=store.terminate_job, args=("/beta_100%", "stop", T0 + 20))
+    writer.start()
+    try:
+        assert inside_write.wait(10)
+        # The write holds the store's lock: these reads neither wait for it nor see it.
+        during = (
+            store.committed_job_status("/beta_100%").state,
+            _ids(store, JobFilters(name_contains="beta"), [pb.JOB_STATE_KILLED]),
+            _ids(store, JobFilters(), [pb.JOB_STATE_KILLED]),
+        )
+    finally:
+        finish_write.set()
+        writer.join()
+    after = (
+        store.committed_job_status("/beta_100%").state,
+        _ids(store, JobFilters(name_contains="beta"), [pb.JOB_STATE_KILLED]),
+        _ids(store, JobFilters(), [pb.JOB_STATE_KILLED]),
+    )
+
+    assert during == (pb.JOB_STATE_PENDING, ([], 0), (["/gamma"], 1))
+    assert after == (pb.JOB_STATE_KILLED, (["/beta_100%"], 1), (["/gamma", "/beta_100%"], 2))

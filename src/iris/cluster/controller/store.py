@@ -79,7 +79,6 @@ class ControllerStore(StoreReads):
                 )
             root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
             # A job and its tasks are born PENDING; their history starts with their first move.
-            self._jobs_changed += 1
             db.execute(
                 "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
                 " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -188,7 +187,6 @@ class ControllerStore(StoreReads):
             )
         for table in ("tasks", "task_logs", "endpoints", "jobs"):
             db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
-        self._jobs_changed += 1
         self.on_job_state_change(job_id)
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from iris.cluster.controller import render
 from iris.cluster.controller.store_base import (
@@ -108,6 +111,33 @@ class JobFilters:
 
 
 class StoreReads(StoreBase):
+    def __init__(self, path: Path | str):
+        super().__init__(path)
+        # ListJobs and GetJobStatus read on a connection of their own, in snapshots (WAL lets them
+        # read while the store's connection writes), so that they never wait for the store's lock
+        # while a scheduling pass or a heartbeat round holds it for a long read or write.
+        self._committed_lock = threading.Lock()
+        self._committed_conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        self._committed_conn.row_factory = sqlite3.Row
+        self._committed_conn.execute("PRAGMA query_only=ON")
+        # Selection -> (job_changes.n, count): counting a million rows costs more than a page.
+        self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
+
+    @contextmanager
+    def _committed(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: what had been committed when it began, and nothing written since."""
+        with self._committed_lock:
+            self._committed_conn.execute("BEGIN")
+            try:
+                yield self._committed_conn
+            finally:
+                self._committed_conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._committed_lock:
+            self._committed_conn.close()
+        super().close()
+
     # ------------------------------------------------------------ jobs
 
     def job_for_request(self, request_id: str) -> str | None:
@@ -225,11 +255,21 @@ class StoreReads(StoreBase):
     # ------------------------------------------------------------ reads
 
     def job_status(self, job_id: str, include_tasks: bool = False) -> pb.JobStatus:
+        """The job's status once any write in progress has finished: a caller woken by a job's
+        change (inside the write that makes it) reads the change."""
         with self._read() as db:
             job = db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             if job is None:
                 raise NotFoundError(f"job {job_id} not found")
             return render.job_status(db, job, self.request_for(job_id), include_tasks)
+
+    def committed_job_status(self, job_id: str, include_tasks: bool = False) -> pb.JobStatus:
+        """The job's status as last committed, without waiting for a write in progress."""
+        with self._committed() as db:
+            job = db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if job is None:
+                raise NotFoundError(f"job {job_id} not found")
+            return render.job_status(db, job, pb.LaunchJobRequest.FromString(job["request"]), include_tasks)
 
     def task_status(self, task_id: str) -> pb.TaskStatus:
         with self._read() as db:
@@ -254,8 +294,8 @@ class StoreReads(StoreBase):
         filters: JobFilters | None = None,
         after: tuple[int | str, ...] = (),
     ) -> tuple[list[pb.JobStatus], int]:
-        """A page of jobs and how many the selection holds. With `after` (a sort key from
-        `job_order_key`), the page starts just after that row and `offset` is not skipped."""
+        """A page of jobs and how many the selection holds, as last committed. With `after` (a sort
+        key from `job_order_key`), the page starts just after that row and `offset` is not skipped."""
         where, params = [], []
         state_list = list(states)
         if state_list:
@@ -277,7 +317,7 @@ class StoreReads(StoreBase):
             page_where.append(after_sql)
             page_params += after_params
             offset = 0
-        with self._read() as db:
+        with self._committed() as db:
             if name_prefix or extra_where:
                 total = self._count_jobs(db, clause, params)
             else:
@@ -294,10 +334,13 @@ class StoreReads(StoreBase):
             if backwards:
                 rows.reverse()
             ids = [r["job_id"] for r in rows]
-            # One query for the page's task counts, and each request from its row (cached or
-            # parsed), instead of two queries per listed job.
+            # One query for the page's task counts, and each request from its row, instead of two
+            # queries per listed job. (Not the store's request cache: that takes the store's lock.)
             task_counts = render.task_counts_by_job(db, ids)
-            jobs = [render.job_status(db, r, self.request_of(r), False, task_counts[r["job_id"]]) for r in rows]
+            jobs = [
+                render.job_status(db, r, pb.LaunchJobRequest.FromString(r["request"]), False, task_counts[r["job_id"]])
+                for r in rows
+            ]
             children = dict(
                 db.execute(
                     f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
@@ -338,15 +381,17 @@ class StoreReads(StoreBase):
         )
 
     def _count_jobs(self, db: sqlite3.Connection, clause: str, params: list[object]) -> int:
-        """The selection's size, counted again only after a job was created, deleted or moved."""
+        """The selection's size, counted again only after a job was created, deleted or moved (as
+        the snapshot `db` sees it: the change counter is read in the same snapshot as the count)."""
         key = (clause, tuple(params))
+        changes = db.execute("SELECT n FROM job_changes").fetchone()[0]
         cached = self._job_counts.get(key)
-        if cached is not None and cached[0] == self._jobs_changed:
+        if cached is not None and cached[0] == changes:
             return cached[1]
         total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
         if len(self._job_counts) >= JOB_COUNTS_KEPT:
             self._job_counts.clear()
-        self._job_counts[key] = (self._jobs_changed, total)
+        self._job_counts[key] = (changes, total)
         return total
 
     def job_request(self, job_id: str) -> pb.LaunchJobRequest:
