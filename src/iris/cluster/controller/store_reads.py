@@ -341,15 +341,7 @@ class StoreReads(StoreBase):
                 render.job_status(db, r, pb.LaunchJobRequest.FromString(r["request"]), False, task_counts[r["job_id"]])
                 for r in rows
             ]
-            children = dict(
-                db.execute(
-                    f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
-                    " GROUP BY parent_job_id",
-                    ids,
-                ).fetchall()
-            ) if ids else {}
-            for job in jobs:
-                job.num_children = children.get(job.job_id, 0)
+            _count_children(db, jobs)
             return jobs, total
 
     def _page_sql(
@@ -489,6 +481,22 @@ class StoreReads(StoreBase):
                 (prefix, prefix + "\U0010ffff"),
             ).fetchall()
         return [render.endpoint(r) for r in rows]
+
+
+def _count_children(db: sqlite3.Connection, jobs: list[pb.JobStatus]) -> None:
+    """Each listed job's number of child jobs, in one query."""
+    ids = [job.job_id for job in jobs]
+    if not ids:
+        return
+    children = dict(
+        db.execute(
+            f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
+            " GROUP BY parent_job_id",
+            ids,
+        ).fetchall()
+    )
+    for job in jobs:
+        job.num_children = children.get(job.job_id, 0)
 
 
 def _log_start(
