@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from iris.cluster.controller.store import ControllerStore
-from iris.cluster.controller.store_reads import JobFilters
+from iris.cluster.controller.store_reads import JOB_ORDER_KEYS, JobFilters
 from iris.rpc import cluster_pb2 as pb
 
 T0 = 1_700_000_000_000
@@ -153,3 +154,57 @@ def test_list_jobs_name_prefix_pages_newest_first_whether_many_or_few_jobs_carry
     assert pages == expected
     assert [j.job_id for j in deep] == expected[14:21]
     store.close()
+
+
+@pytest.mark.parametrize("order", list(JOB_ORDER_KEYS))
+@pytest.mark.parametrize(("states", "prefix"), [([], ""), ([pb.JOB_STATE_PENDING], ""), ([], "/job-1")])
+def test_list_jobs_offset_pages_past_the_middle_match_the_whole_listing(
+    tmp_path: Path, order: int, states: list[int], prefix: str
+) -> None:
+    store = ControllerStore(tmp_path / "controller.sqlite3")
+    names = [f"/job-{i:02d}" for i in range(23)]
+    for i, name in enumerate(names):
+        # Two or three jobs share each millisecond, so ties fall to the name.
+        store.create_job(name, _request(name), T0 + (i * 7) % 23 // 3)
+    for name in names[::4]:
+        store.terminate_job(name, "stop", T0 + 100)
+    whole, total = store.list_jobs(states, prefix, 100, 0, JobFilters(order=order))
+    listing = [j.job_id for j in whole]
+
+    pages = {offset: store.list_jobs(states, prefix, 3, offset, JobFilters(order=order)) for offset in range(total + 2)}
+
+    assert total == len(listing) > 3
+    for offset, (jobs, page_total) in pages.items():
+        assert ([j.job_id for j in jobs], page_total) == (listing[offset : offset + 3], total), offset
+    store.close()
+
+
+def test_list_jobs_and_job_status_answer_during_a_write_with_what_was_committed(store: ControllerStore) -> None:
+    inside_write, finish_write = threading.Event(), threading.Event()
+
+    def pause_inside_the_write(job_id: str) -> None:
+        inside_write.set()
+        assert finish_write.wait(10)
+
+    store.on_job_state_change = pause_inside_the_write
+    writer = threading.Thread(target=store.terminate_job, args=("/beta_100%", "stop", T0 + 20))
+    writer.start()
+    try:
+        assert inside_write.wait(10)
+        # The write holds the store's lock: these reads neither wait for it nor see it.
+        during = (
+            store.committed_job_status("/beta_100%").state,
+            _ids(store, JobFilters(name_contains="beta"), [pb.JOB_STATE_KILLED]),
+            _ids(store, JobFilters(), [pb.JOB_STATE_KILLED]),
+        )
+    finally:
+        finish_write.set()
+        writer.join()
+    after = (
+        store.committed_job_status("/beta_100%").state,
+        _ids(store, JobFilters(name_contains="beta"), [pb.JOB_STATE_KILLED]),
+        _ids(store, JobFilters(), [pb.JOB_STATE_KILLED]),
+    )
+
+    assert during == (pb.JOB_STATE_PENDING, ([], 0), (["/gamma"], 1))
+    assert after == (pb.JOB_STATE_KILLED, (["/beta_100%"], 1), (["/gamma", "/beta_100%"], 2))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from iris.cluster.controller.schema import MIGRATIONS
 from iris.cluster.controller.store import ControllerStore
 from iris.cluster.types import attribute_to_proto
@@ -15,7 +17,9 @@ def _old_database(path: Path, version: int) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
     for script in MIGRATIONS[:version]:
-        assert isinstance(script, str)
+        if callable(script):
+            script(conn)
+            continue
         for statement in filter(str.strip, script.split(";")):
             conn.execute(statement)
     conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
@@ -41,5 +45,30 @@ def test_schema_migration_joins_existing_workers_to_the_slice_they_reported(tmp_
         assert list(members) == ["s-1"]
         assert [row["worker_id"] for row in members["s-1"]] == ["10.0.0.1:10001"]
         assert store.load_scale_groups() == {}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("version", range(4, len(MIGRATIONS)))
+def test_schema_migration_keeps_job_counts_of_existing_jobs_and_follows_later_changes(tmp_path, version):
+    path = tmp_path / "controller.sqlite3"
+    conn = _old_database(path, version)
+    for i, state in enumerate([pb.JOB_STATE_RUNNING, pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_RUNNING]):
+        conn.execute(
+            "INSERT INTO jobs(job_id, state, request, num_tasks, submitted_at_ms, root_submitted_at_ms)"
+            " VALUES (?,?,?,?,?,?)",
+            (f"/old-{i}", state, pb.LaunchJobRequest(name=f"/old-{i}").SerializeToString(), 0, 1000 + i, 1000 + i),
+        )
+    conn.close()
+
+    store = ControllerStore(path)
+    try:
+        running = store.list_jobs([pb.JOB_STATE_RUNNING], "/old-", 10, 0)
+        store.terminate_job("/old-2", "stop", 2000)
+        running_after = store.list_jobs([pb.JOB_STATE_RUNNING], "/old-", 10, 0)
+
+        assert ([j.job_id for j in running[0]], running[1]) == (["/old-2", "/old-0"], 2)
+        assert ([j.job_id for j in running_after[0]], running_after[1]) == (["/old-0"], 1)
+        assert store.count_by_state()[0] == {pb.JOB_STATE_RUNNING: 1, pb.JOB_STATE_SUCCEEDED: 1, pb.JOB_STATE_KILLED: 1}
     finally:
         store.close()

@@ -58,6 +58,22 @@ def _job_state_counts(conn: sqlite3.Connection) -> None:
     )
 
 
+def _job_changes(conn: sqlite3.Connection) -> None:
+    """12: a number that moves whenever a job is created, deleted or changes state (the only
+    changes that move a job in or out of a ListJobs selection). ListJobs reads pages on a
+    connection of its own, in a snapshot that may predate a write in progress; it keeps each
+    selection's count with this number as read in the same snapshot, so a count is reused exactly
+    while the jobs it counted are unchanged. (A function: the triggers' bodies hold semicolons.)"""
+    conn.execute("CREATE TABLE job_changes (id INTEGER PRIMARY KEY CHECK (id = 0), n INTEGER NOT NULL)")
+    conn.execute("INSERT INTO job_changes(id, n) VALUES (0, 0)")
+    bump = "UPDATE job_changes SET n = n + 1 WHERE id = 0"
+    conn.execute(f"CREATE TRIGGER jobs_changed_insert AFTER INSERT ON jobs BEGIN {bump}; END")
+    conn.execute(f"CREATE TRIGGER jobs_changed_delete AFTER DELETE ON jobs BEGIN {bump}; END")
+    conn.execute(
+        f"CREATE TRIGGER jobs_changed_state AFTER UPDATE OF state ON jobs WHEN OLD.state != NEW.state BEGIN {bump}; END"
+    )
+
+
 MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 1: initial schema
     """
@@ -226,6 +242,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     """,
     # 11: jobs per state, kept by triggers
     _job_state_counts,
+    # 12: a job change counter, kept by triggers
+    _job_changes,
 ]
 
 

@@ -147,7 +147,7 @@ class ControllerServiceImpl:
         if request.wait_ms < 0:
             raise ValueError(f"wait_ms must not be negative, got {request.wait_ms}")
         if request.wait_ms == 0:
-            return pb.GetJobStatusResponse(job=self._store.job_status(job_id, request.include_tasks))
+            return pb.GetJobStatusResponse(job=self._store.committed_job_status(job_id, request.include_tasks))
         job = await self._controller.job_status_after_change(
             job_id, request.known_state, request.wait_ms, request.include_tasks, request.until_finished
         )

@@ -108,7 +108,6 @@ class ControllerStore(JobLaunches, StoreReads):
             )
         for table in ("tasks", "task_logs", "endpoints", "jobs"):
             db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
-        self._jobs_changed += 1
         self.on_job_state_change(job_id)
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:

@@ -154,13 +154,9 @@ class StoreBase:
         # Healthy workers' capacities for the submit-time feasibility check; dropped when a
         # worker changes state or registers again (its offer may have changed).
         self._idle_capacities: list[WorkerCapacity] | None = None
-        # Bumped whenever a job is created, deleted or changes state: ListJobs keeps the count of
-        # each selection until then, since counting a million rows costs more than a page.
-        self._jobs_changed = 0
         # Called with a job's id, on the writing thread and inside its transaction, when the job
         # changes state or is deleted; the controller wakes the callers waiting for that.
         self.on_job_state_change: Callable[[str], None] = lambda job_id: None
-        self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         # History rows of the event being written, inserted together when it ends (or before
@@ -275,10 +271,8 @@ class StoreBase:
             self._transition_rows.append((kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)))
         if kind == "task":
             self._written_reasons.pop(entity_id, None)
-        if kind == "job":
-            self._jobs_changed += 1
-            if old != new:
-                self.on_job_state_change(entity_id)
+        if kind == "job" and old != new:
+            self.on_job_state_change(entity_id)
         table, key_columns = _ENTITIES[kind]
         assignments, params = ["state=?"], [new]
         for column, value in columns.items():
@@ -313,15 +307,6 @@ class StoreBase:
                     raise NotFoundError(f"job {job_id} not found")
                 request = pb.LaunchJobRequest.FromString(row["request"])
                 self._remember_request(job_id, request)
-            return request
-
-    def request_of(self, job: sqlite3.Row) -> pb.LaunchJobRequest:
-        """`request_for` of a jobs row already read, which carries the request: no query."""
-        with self._lock:
-            request = self._requests.get(job["job_id"])
-            if request is None:
-                request = pb.LaunchJobRequest.FromString(job["request"])
-                self._remember_request(job["job_id"], request)
             return request
 
     def _remember_request(self, job_id: str, request: pb.LaunchJobRequest) -> None:

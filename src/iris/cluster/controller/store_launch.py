@@ -80,7 +80,6 @@ class JobLaunches(StoreBase):
         root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
         num_tasks = max(1, request.replicas)
         # A job and its tasks are born PENDING; their history starts with their first move.
-        self._jobs_changed += 1
         db.execute(
             "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
             " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",

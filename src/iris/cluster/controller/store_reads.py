@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from iris.cluster.controller import render
 from iris.cluster.controller.store_base import (
@@ -44,6 +47,11 @@ JOB_ORDER_KEYS: dict[int, tuple[tuple[str, bool], ...]] = {
 }
 JOB_ORDER_SQL: dict[int, str] = {
     order: ", ".join(f"{column} {'DESC' if descending else 'ASC'}" for column, descending in key)
+    for order, key in JOB_ORDER_KEYS.items()
+}
+# Each order backwards: the same index walked from its other end.
+JOB_ORDER_BACKWARDS_SQL: dict[int, str] = {
+    order: ", ".join(f"{column} {'ASC' if descending else 'DESC'}" for column, descending in key)
     for order, key in JOB_ORDER_KEYS.items()
 }
 _KEY_TYPES = {"submitted_at_ms": int, "state": int, "job_id": str}
@@ -103,6 +111,33 @@ class JobFilters:
 
 
 class StoreReads(StoreBase):
+    def __init__(self, path: Path | str):
+        super().__init__(path)
+        # ListJobs and GetJobStatus read on a connection of their own, in snapshots (WAL lets them
+        # read while the store's connection writes), so that they never wait for the store's lock
+        # while a scheduling pass or a heartbeat round holds it for a long read or write.
+        self._committed_lock = threading.Lock()
+        self._committed_conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        self._committed_conn.row_factory = sqlite3.Row
+        self._committed_conn.execute("PRAGMA query_only=ON")
+        # Selection -> (job_changes.n, count): counting a million rows costs more than a page.
+        self._job_counts: dict[tuple[str, tuple], tuple[int, int]] = {}
+
+    @contextmanager
+    def _committed(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: what had been committed when it began, and nothing written since."""
+        with self._committed_lock:
+            self._committed_conn.execute("BEGIN")
+            try:
+                yield self._committed_conn
+            finally:
+                self._committed_conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._committed_lock:
+            self._committed_conn.close()
+        super().close()
+
     # ------------------------------------------------------------ jobs
 
     def job_for_request(self, request_id: str) -> str | None:
@@ -220,11 +255,21 @@ class StoreReads(StoreBase):
     # ------------------------------------------------------------ reads
 
     def job_status(self, job_id: str, include_tasks: bool = False) -> pb.JobStatus:
+        """The job's status once any write in progress has finished: a caller woken by a job's
+        change (inside the write that makes it) reads the change."""
         with self._read() as db:
             job = db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             if job is None:
                 raise NotFoundError(f"job {job_id} not found")
             return render.job_status(db, job, self.request_for(job_id), include_tasks)
+
+    def committed_job_status(self, job_id: str, include_tasks: bool = False) -> pb.JobStatus:
+        """The job's status as last committed, without waiting for a write in progress."""
+        with self._committed() as db:
+            job = db.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+            if job is None:
+                raise NotFoundError(f"job {job_id} not found")
+            return render.job_status(db, job, pb.LaunchJobRequest.FromString(job["request"]), include_tasks)
 
     def task_status(self, task_id: str) -> pb.TaskStatus:
         with self._read() as db:
@@ -249,8 +294,8 @@ class StoreReads(StoreBase):
         filters: JobFilters | None = None,
         after: tuple[int | str, ...] = (),
     ) -> tuple[list[pb.JobStatus], int]:
-        """A page of jobs and how many the selection holds. With `after` (a sort key from
-        `job_order_key`), the page starts just after that row and `offset` is not skipped."""
+        """A page of jobs and how many the selection holds, as last committed. With `after` (a sort
+        key from `job_order_key`), the page starts just after that row and `offset` is not skipped."""
         where, params = [], []
         state_list = list(states)
         if state_list:
@@ -272,58 +317,73 @@ class StoreReads(StoreBase):
             page_where.append(after_sql)
             page_params += after_params
             offset = 0
-        with self._read() as db:
+        with self._committed() as db:
             if name_prefix or extra_where:
                 total = self._count_jobs(db, clause, params)
             else:
                 total = self._count_in_states(db, state_list)
-            page_sql = self._page_sql(db, filters.order, page_where, prefix_at, total, offset + limit)
+            # A page past the middle of the selection is fewer rows from its other end, so it is
+            # read walking the order backwards: no page skips more than half of the selection.
+            backwards = total // 2 < offset < total
+            if backwards:
+                end = total - offset  # where the page ends, counted from the other end
+                offset = max(0, end - limit)
+                limit = end - offset
+            page_sql = self._page_sql(db, filters.order, backwards, page_where, prefix_at, total, offset + limit)
             rows = db.execute(page_sql, [*page_params, limit, offset]).fetchall()
+            if backwards:
+                rows.reverse()
             ids = [r["job_id"] for r in rows]
-            # One query for the page's task counts, and each request from its row (cached or
-            # parsed), instead of two queries per listed job.
+            # One query for the page's task counts, and each request from its row, instead of two
+            # queries per listed job. (Not the store's request cache: that takes the store's lock.)
             task_counts = render.task_counts_by_job(db, ids)
-            jobs = [render.job_status(db, r, self.request_of(r), False, task_counts[r["job_id"]]) for r in rows]
-            children = dict(
-                db.execute(
-                    f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
-                    " GROUP BY parent_job_id",
-                    ids,
-                ).fetchall()
-            ) if ids else {}
-            for job in jobs:
-                job.num_children = children.get(job.job_id, 0)
+            jobs = [
+                render.job_status(db, r, pb.LaunchJobRequest.FromString(r["request"]), False, task_counts[r["job_id"]])
+                for r in rows
+            ]
+            _count_children(db, jobs)
             return jobs, total
 
     def _page_sql(
-        self, db: sqlite3.Connection, order: int, where: list[str], prefix_at: int | None, total: int, rows_needed: int
+        self,
+        db: sqlite3.Connection,
+        order: int,
+        backwards: bool,
+        where: list[str],
+        prefix_at: int | None,
+        total: int,
+        rows_needed: int,
     ) -> str:
-        """The SELECT of one page (parameters: the conditions', then LIMIT and OFFSET). With a name
-        prefix (`where[prefix_at]`) and an order not led by the name, the cheaper of two plans:
-        walking the order's index past the jobs without the prefix, about rows_needed * all /
-        total index entries, or sorting the keys of the `total` jobs with it."""
-        order_sql = JOB_ORDER_SQL[order]
+        """The SELECT of one page (parameters: the conditions', then LIMIT and OFFSET), in the order
+        or, `backwards`, in its reverse. The page's keys come from an index that holds them, so the
+        rows an offset skips are index entries only, never table rows; then the page's rows are read
+        by key. With a name prefix (`where[prefix_at]`) and an order not led by the name, the keys
+        come from the cheaper of two plans: walking the order's index past the jobs without the
+        prefix, about rows_needed * all / total index entries, or sorting the keys of the `total`
+        jobs with it."""
+        order_sql = (JOB_ORDER_BACKWARDS_SQL if backwards else JOB_ORDER_SQL)[order]
         if prefix_at is not None and JOB_ORDER_KEYS[order][0][0] != "job_id":
-            if total * total < rows_needed * self._count_in_states(db, []):
-                return (
-                    f"SELECT * FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE {' AND '.join(where)}"
-                    f" ORDER BY {order_sql} LIMIT ? OFFSET ?) ORDER BY {order_sql}"
-                )
-            where = [*where]
-            where[prefix_at] = PREFIX_WALK_SQL
+            if total * total >= rows_needed * self._count_in_states(db, []):
+                where = [*where]
+                where[prefix_at] = PREFIX_WALK_SQL
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        return f"SELECT * FROM jobs {clause} ORDER BY {order_sql} LIMIT ? OFFSET ?"
+        return (
+            f"SELECT * FROM jobs WHERE job_id IN (SELECT job_id FROM jobs {clause}"
+            f" ORDER BY {order_sql} LIMIT ? OFFSET ?) ORDER BY {order_sql}"
+        )
 
     def _count_jobs(self, db: sqlite3.Connection, clause: str, params: list[object]) -> int:
-        """The selection's size, counted again only after a job was created, deleted or moved."""
+        """The selection's size, counted again only after a job was created, deleted or moved (as
+        the snapshot `db` sees it: the change counter is read in the same snapshot as the count)."""
         key = (clause, tuple(params))
+        changes = db.execute("SELECT n FROM job_changes").fetchone()[0]
         cached = self._job_counts.get(key)
-        if cached is not None and cached[0] == self._jobs_changed:
+        if cached is not None and cached[0] == changes:
             return cached[1]
         total = db.execute(f"SELECT COUNT(*) FROM jobs {clause}", params).fetchone()[0]
         if len(self._job_counts) >= JOB_COUNTS_KEPT:
             self._job_counts.clear()
-        self._job_counts[key] = (self._jobs_changed, total)
+        self._job_counts[key] = (changes, total)
         return total
 
     def job_request(self, job_id: str) -> pb.LaunchJobRequest:
@@ -421,6 +481,22 @@ class StoreReads(StoreBase):
                 (prefix, prefix + "\U0010ffff"),
             ).fetchall()
         return [render.endpoint(r) for r in rows]
+
+
+def _count_children(db: sqlite3.Connection, jobs: list[pb.JobStatus]) -> None:
+    """Each listed job's number of child jobs, in one query."""
+    ids = [job.job_id for job in jobs]
+    if not ids:
+        return
+    children = dict(
+        db.execute(
+            f"SELECT parent_job_id, COUNT(*) FROM jobs WHERE parent_job_id IN ({','.join('?' * len(ids))})"
+            " GROUP BY parent_job_id",
+            ids,
+        ).fetchall()
+    )
+    for job in jobs:
+        job.num_children = children.get(job.job_id, 0)
 
 
 def _log_start(
