@@ -111,8 +111,8 @@ class JobFilters:
 
 
 class StoreReads(StoreBase):
-    def __init__(self, path: Path | str):
-        super().__init__(path)
+    def __init__(self, path: Path | str, durable: bool = True):
+        super().__init__(path, durable)
         # ListJobs and GetJobStatus read on a connection of their own, in snapshots (WAL lets them
         # read while the store's connection writes), so that they never wait for the store's lock
         # while a scheduling pass or a heartbeat round holds it for a long read or write.

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-
 from iris.cluster.platform.base import (
     CloudSliceState,
     CloudWorkerState,
