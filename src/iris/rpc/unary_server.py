@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, cast
@@ -70,13 +70,17 @@ class UnaryMethod:
     function: Callable[[Any, RequestContext], Any]
 
 
-def service_methods(implementation: object, service: ServiceDescriptor, prefix: str = "") -> dict[str, UnaryMethod]:
+def service_methods(
+    implementation: object, service: ServiceDescriptor, prefix: str = ""
+) -> dict[str, UnaryMethod]:
     """The routes of `service` served by `implementation` (a generated service protocol's methods
     by their snake_case names), at `prefix` + `/package.Service/Method`."""
     methods = {}
     for method in service.methods:
         if method.client_streaming or method.server_streaming:
-            raise ValueError(f"{service.full_name}.{method.name} streams; this server serves unary methods only")
+            raise ValueError(
+                f"{service.full_name}.{method.name} streams; this server serves unary methods only"
+            )
         info = MethodInfo(
             name=method.name,
             service_name=service.full_name,
@@ -86,7 +90,9 @@ def service_methods(implementation: object, service: ServiceDescriptor, prefix: 
             stream_type=StreamType.UNARY,
         )
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", method.name).lower()
-        methods[f"{prefix}/{service.full_name}/{method.name}"] = UnaryMethod(info, getattr(implementation, snake))
+        methods[f"{prefix}/{service.full_name}/{method.name}"] = UnaryMethod(
+            info, getattr(implementation, snake)
+        )
     return methods
 
 
@@ -108,14 +114,22 @@ def _status_line(status: int) -> bytes:
     return f"HTTP/1.1 {status} {phrase}\r\n".encode()
 
 
-_STATUS_LINES = {status: _status_line(status) for status in (200, 400, 401, 403, 404, 405, 408, 409, 412, 415, 429, 499, 500, 501, 503, 504)}
+_STATUS_LINES = {
+    status: _status_line(status)
+    for status in (200, 400, 401, 403, 404, 405, 408, 409, 412, 415, 429, 499, 500, 501, 503, 504)
+}
 
 
 def _answer(status: int, content_type: bytes, body: bytes, keep_alive: bool, extra: bytes = b"") -> bytes:
     line = _STATUS_LINES.get(status) or _status_line(status)
     close = b"" if keep_alive else b"connection: close\r\n"
     return b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n%s" % (
-        line, content_type, len(body), extra, close, body
+        line,
+        content_type,
+        len(body),
+        extra,
+        close,
+        body,
     )
 
 
@@ -241,7 +255,13 @@ class _Serving:
         if method is None:
             return self._plain(request)
         if request.method != "POST":
-            return _answer(405, b"text/plain", b"Connect unary methods are called with POST", request.keep_alive, b"allow: POST\r\n")
+            return _answer(
+                405,
+                b"text/plain",
+                b"Connect unary methods are called with POST",
+                request.keep_alive,
+                b"allow: POST\r\n",
+            )
         try:
             call = _UnaryCall.read(method, request)
         except _Unsupported as exc:
@@ -332,21 +352,31 @@ class _UnaryCall:
         headers = request.headers
         content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if content_type not in ("application/proto", "application/json"):
-            raise _Unsupported(415, f"unsupported content type {content_type!r}", b"accept-post: application/json, application/proto\r\n")
+            raise _Unsupported(
+                415,
+                f"unsupported content type {content_type!r}",
+                b"accept-post: application/json, application/proto\r\n",
+            )
         version = headers.get("connect-protocol-version")
         if version is not None and version != "1":
-            raise ConnectError(Code.INVALID_ARGUMENT, f"connect-protocol-version must be '1': got '{version}'")
+            raise ConnectError(
+                Code.INVALID_ARGUMENT, f"connect-protocol-version must be '1': got '{version}'"
+            )
         timeout_ms = headers.get("connect-timeout-ms")
         if timeout_ms is not None and not _TIMEOUT_HEADER.fullmatch(timeout_ms):
             raise ConnectError(Code.INVALID_ARGUMENT, f"Invalid timeout header: '{timeout_ms}'")
         if request.size > READ_MAX_BYTES:
-            raise ConnectError(Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {READ_MAX_BYTES}")
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {READ_MAX_BYTES}"
+            )
         body = b"".join(request.body)
         encoding = headers.get("content-encoding", "identity")
         if encoding == "gzip":
             body = _gunzip(body)
         elif encoding != "identity":
-            raise ConnectError(Code.UNIMPLEMENTED, f"unknown compression: '{encoding}': supported encodings are gzip")
+            raise ConnectError(
+                Code.UNIMPLEMENTED, f"unknown compression: '{encoding}': supported encodings are gzip"
+            )
         as_json = content_type == "application/json"
         message = _decode(method.info.input, body, as_json)
         ctx = RequestContext(
@@ -355,7 +385,9 @@ class _UnaryCall:
             request_headers=Headers(headers),
             timeout_ms=int(timeout_ms) if timeout_ms is not None else None,
         )
-        deadline = asyncio.get_running_loop().time() + int(timeout_ms) / 1000 if timeout_ms is not None else None
+        deadline = (
+            asyncio.get_running_loop().time() + int(timeout_ms) / 1000 if timeout_ms is not None else None
+        )
         return _UnaryCall(message, ctx, as_json, "gzip" in headers.get("accept-encoding", ""), deadline)
 
     def encode(self, result: Message, keep_alive: bool) -> bytes:
@@ -364,7 +396,9 @@ class _UnaryCall:
         else:
             content_type, body = b"application/proto", result.SerializeToString()
         if self.gzip_accepted and len(body) >= COMPRESS_MIN_BYTES:
-            return _answer(200, content_type, gzip.compress(body, 6), keep_alive, b"content-encoding: gzip\r\n")
+            return _answer(
+                200, content_type, gzip.compress(body, 6), keep_alive, b"content-encoding: gzip\r\n"
+            )
         return _answer(200, content_type, body, keep_alive)
 
     def error(self, exc: Exception, keep_alive: bool) -> bytes:
@@ -390,7 +424,9 @@ def _decode(message_class: type[Message], body: bytes, as_json: bool) -> Message
             return json_format.Parse(body or b"{}", message_class(), ignore_unknown_fields=True)
         return message_class.FromString(body)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, its C twin, and ParseError
-        raise ConnectError(Code.INVALID_ARGUMENT, f"the request is no {message_class.DESCRIPTOR.full_name}: {exc}") from None
+        raise ConnectError(
+            Code.INVALID_ARGUMENT, f"the request is no {message_class.DESCRIPTOR.full_name}: {exc}"
+        ) from None
 
 
 class _Resume:
@@ -402,7 +438,7 @@ class _Resume:
     def __init__(self, coroutine: Any, waited_on: Any):
         self._coroutine, self._waited_on = coroutine, waited_on
 
-    def __await__(self):  # noqa: ANN204 - a generator, as awaitables are
+    def __await__(self) -> Generator[Any, Any, Any]:
         coroutine, waited_on = self._coroutine, self._waited_on
         while True:
             try:
@@ -444,18 +480,24 @@ class UnaryServer:
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
         self._stopping = False
+        self._stopped_by: signal.Signals | None = None
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(self._serve())
+        if self._stopped_by is not None:
+            # As uvicorn does: once shut down, end as the signal would have ended the process, so
+            # whoever sent it sees the usual exit status.
+            signal.signal(self._stopped_by, signal.SIG_DFL)
+            signal.raise_signal(self._stopped_by)
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop, self._stop = loop, asyncio.Event()
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self._stop.set)
+                loop.add_signal_handler(signum, self._stop_by_signal, signum)
         serving = self._serving
         server = await loop.create_server(lambda: _Connection(serving), sock=self._sock, backlog=2048)
         sweeper = loop.create_task(self._close_idle_connections())
@@ -476,6 +518,11 @@ class UnaryServer:
             if self._on_shutdown is not None:
                 await self._on_shutdown()
 
+    def _stop_by_signal(self, signum: int) -> None:
+        self._stopped_by = signal.Signals(signum)
+        assert self._stop is not None
+        self._stop.set()
+
     async def _close_idle_connections(self) -> None:
         while True:
             await asyncio.sleep(_IDLE_SWEEP_S)
@@ -487,7 +534,9 @@ class UnaryServer:
         self._thread = threading.Thread(target=self.serve_forever, name="unary-server", daemon=True)
         self._thread.start()
         thread = self._thread
-        wait_until(lambda: self._started.is_set() or not thread.is_alive(), timeout, 0.01, "the server to start")
+        wait_until(
+            lambda: self._started.is_set() or not thread.is_alive(), timeout, 0.01, "the server to start"
+        )
         if not self._started.is_set():
             raise RuntimeError("the server did not start; see the log above for the reason")
 
