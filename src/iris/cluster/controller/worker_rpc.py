@@ -4,9 +4,10 @@ HTTP/1.1 POST) spoken directly on the controller's event loop.
 A heartbeat round sends one RPC to every live worker. Through the generic Connect client a call
 cost ~0.7 ms of controller CPU (a hop to the HTTP library's own I/O threads and back, a tracing
 span, a timeout task per call), so a round over 1,000 workers took most of a second of CPU. Here
-a call is one write and one parsed answer on a kept-alive connection per worker, and its
-deadline is a timer. Failures are raised as the Connect client raises them (`ConnectError` with
-the worker's code and message, or UNAVAILABLE / DEADLINE_EXCEEDED), so callers handle both alike.
+a call is one write and one parsed answer on a kept-alive connection per worker, reported to a
+callback (no task or future per call), and the calls' deadlines share one timer. Failures are
+reported as the Connect client raises them (`ConnectError` with the worker's code and message, or
+UNAVAILABLE / DEADLINE_EXCEEDED), so callers handle both alike.
 
 Workers serve plain HTTP (`http://host:port`); an address of another scheme fails its heartbeat
 with a reason that says so.
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import heapq
+import itertools
 import json
+import math
 from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
@@ -55,7 +59,8 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._parser = httptools.HttpResponseParser(self)
         self._settle_call: Settle | None = None
-        self._deadline: asyncio.TimerHandle | None = None
+        # Counts the calls sent; an expiry names the call it was set for.
+        self.calls = 0
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._received = False
@@ -93,20 +98,20 @@ class _Connection(asyncio.Protocol):
 
     # calls
 
-    def send(self, data: bytes, deadline: float, settle: Settle) -> None:
-        """Sends one request; `settle` gets its answer, or TimeoutError at `deadline` (loop time),
-        or the connection's end. A timer on the loop rather than a timeout scope: a round makes
-        thousands of calls."""
+    def send(self, data: bytes, settle: Settle) -> int:
+        """Sends one request; `settle` gets its answer, or the connection's end, or TimeoutError
+        when `expire` is called with the number this returns."""
         assert self.transport is not None
         self._headers, self._body, self._received = {}, [], False
         self._settle_call = settle
-        self._deadline = asyncio.get_running_loop().call_at(deadline, self._expire)
+        self.calls += 1
         self.transport.write(data)
+        return self.calls
 
-    def _expire(self) -> None:
-        self._deadline = None
-        self._settle(TimeoutError())
-        self.close()  # a late answer must not be read as the next call's
+    def expire(self, call: int) -> None:
+        if call == self.calls and self._settle_call is not None:
+            self._settle(TimeoutError())
+            self.close()  # a late answer must not be read as the next call's
 
     def close(self) -> None:
         self.closed = True
@@ -114,9 +119,6 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _settle(self, result: Answer | Exception) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
         settle, self._settle_call = self._settle_call, None
         if settle is not None:
             settle(result)
@@ -139,6 +141,13 @@ class WorkerHeartbeatClient:
         # request head up to its content length. A worker's calls differ only in their body.
         self._heads: dict[str, tuple[tuple, tuple[str, int], bytes]] = {}
         self._connecting: set[asyncio.Task] = set()
+        # Calls' deadlines (loop time), earliest first, with one timer at the earliest. A timer
+        # per call cost more than the rest of a call's bookkeeping; an entry whose call has
+        # ended is dropped when its time comes.
+        self._deadlines: list[tuple[float, int, _Connection, int]] = []
+        self._sequence = itertools.count()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_at = math.inf
 
     async def heartbeat(
         self, address: str, request: pb.HeartbeatRequest, headers: dict[str, str], timeout_s: float
@@ -196,6 +205,27 @@ class WorkerHeartbeatClient:
             return
         call.on(connection, reused=False)
 
+    def _watch(self, connection: _Connection, call: int, deadline: float) -> None:
+        heapq.heappush(self._deadlines, (deadline, next(self._sequence), connection, call))
+        if deadline < self._expiry_at:
+            self._arm(deadline)
+
+    def _arm(self, deadline: float) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry_at = deadline
+        self._expiry = asyncio.get_running_loop().call_at(deadline, self._expire_due)
+
+    def _expire_due(self) -> None:
+        self._expiry, self._expiry_at = None, math.inf
+        now = asyncio.get_running_loop().time()
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, _, connection, call = heapq.heappop(deadlines)
+            connection.expire(call)
+        if deadlines:
+            self._arm(deadlines[0][0])
+
     def _take_idle(self, where: tuple[str, int]) -> _Connection | None:
         idle = self._idle.get(where)
         while idle:
@@ -209,6 +239,9 @@ class WorkerHeartbeatClient:
             self._idle.setdefault(connection.where, []).append(connection)
 
     def close(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._deadlines.clear()
         for task in self._connecting:
             task.cancel()
         for connections in self._idle.values():
@@ -230,7 +263,7 @@ class _Call:
 
     def on(self, connection: _Connection, reused: bool) -> None:
         self._connection, self._reused = connection, reused
-        connection.send(self.data, self.deadline, self._settled)
+        self.client._watch(connection, connection.send(self.data, self._settled), self.deadline)
 
     def _settled(self, result: Answer | Exception) -> None:
         connection = self._connection
