@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import heapq
-import itertools
 import json
 import math
+from collections import deque
 from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
@@ -141,11 +140,11 @@ class WorkerHeartbeatClient:
         # request head up to its content length. A worker's calls differ only in their body.
         self._heads: dict[str, tuple[tuple, tuple[str, int], bytes]] = {}
         self._connecting: set[asyncio.Task] = set()
-        # Calls' deadlines (loop time), earliest first, with one timer at the earliest. A timer
-        # per call cost more than the rest of a call's bookkeeping; an entry whose call has
-        # ended is dropped when its time comes.
-        self._deadlines: list[tuple[float, int, _Connection, int]] = []
-        self._sequence = itertools.count()
+        # Calls' deadlines (loop time) in the order the calls were sent, one queue per timeout so
+        # that each queue is in deadline order, and one timer at the earliest. A timer per call
+        # cost more than the rest of a call's bookkeeping; an entry whose call has ended is
+        # dropped when its time comes.
+        self._deadlines: dict[float, deque[tuple[float, _Connection, int]]] = {}
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at = math.inf
 
@@ -180,6 +179,7 @@ class WorkerHeartbeatClient:
         _, where, head = known
         body = request.SerializeToString()
         call = _Call(self, where, b"%scontent-length: %d\r\n\r\n%s" % (head, len(body), body), done)
+        call.timeout_s = timeout_s
         call.deadline = asyncio.get_running_loop().time() + timeout_s
         connection = self._take_idle(where)
         if connection is None:
@@ -205,8 +205,11 @@ class WorkerHeartbeatClient:
             return
         call.on(connection, reused=False)
 
-    def _watch(self, connection: _Connection, call: int, deadline: float) -> None:
-        heapq.heappush(self._deadlines, (deadline, next(self._sequence), connection, call))
+    def _watch(self, connection: _Connection, call: int, timeout_s: float, deadline: float) -> None:
+        queue = self._deadlines.get(timeout_s)
+        if queue is None:
+            queue = self._deadlines[timeout_s] = deque()
+        queue.append((deadline, connection, call))
         if deadline < self._expiry_at:
             self._arm(deadline)
 
@@ -219,12 +222,15 @@ class WorkerHeartbeatClient:
     def _expire_due(self) -> None:
         self._expiry, self._expiry_at = None, math.inf
         now = asyncio.get_running_loop().time()
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _, _, connection, call = heapq.heappop(deadlines)
-            connection.expire(call)
-        if deadlines:
-            self._arm(deadlines[0][0])
+        earliest = math.inf
+        for queue in self._deadlines.values():
+            while queue and queue[0][0] <= now:
+                _, connection, call = queue.popleft()
+                connection.expire(call)
+            if queue:
+                earliest = min(earliest, queue[0][0])
+        if earliest < math.inf:
+            self._arm(earliest)
 
     def _take_idle(self, where: tuple[str, int]) -> _Connection | None:
         idle = self._idle.get(where)
@@ -253,17 +259,20 @@ class WorkerHeartbeatClient:
 class _Call:
     """One heartbeat call: its request's bytes, its deadline, and whom to tell how it ended."""
 
-    __slots__ = ("_connection", "_reused", "client", "data", "deadline", "done", "where")
+    __slots__ = ("_connection", "_reused", "client", "data", "deadline", "done", "timeout_s", "where")
 
     def __init__(self, client: WorkerHeartbeatClient, where: tuple[str, int], data: bytes, done: Done):
         self.client, self.where, self.data, self.done = client, where, data, done
+        self.timeout_s = 0.0
         self.deadline = 0.0
         self._connection: _Connection | None = None
         self._reused = False
 
     def on(self, connection: _Connection, reused: bool) -> None:
         self._connection, self._reused = connection, reused
-        self.client._watch(connection, connection.send(self.data, self._settled), self.deadline)
+        self.client._watch(
+            connection, connection.send(self.data, self._settled), self.timeout_s, self.deadline
+        )
 
     def _settled(self, result: Answer | Exception) -> None:
         connection = self._connection
