@@ -250,3 +250,24 @@ def test_unary_server_requests_it_cannot_read_answer_their_reason(slow_url: str)
     )
     assert unknown_answer.startswith(b"HTTP/1.1 404 ")
     assert malformed_answer.startswith(b"HTTP/1.1 400 ") and b"connection: close" in malformed_answer
+
+
+def test_unary_server_request_expecting_continue_is_told_to_send_its_body(slow_url: str) -> None:
+    body = pb.WorkerGetTaskStatusRequest(task_id="x" * 2000).SerializeToString()
+    head = (
+        "POST /iris.cluster.WorkerService/GetTaskStatus HTTP/1.1\r\nhost: worker\r\n"
+        f"content-type: application/proto\r\ncontent-length: {len(body)}\r\nexpect: 100-continue\r\n"
+        "connection: close\r\n\r\n"
+    ).encode()
+    host, port = slow_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head)
+        interim = sock.recv(65536)
+        sock.sendall(body)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert received.startswith(b"HTTP/1.1 200 OK")
+    assert pb.WorkerTaskStatus.FromString(received.split(b"\r\n\r\n", 1)[1]).task_id == "x" * 2000

@@ -5,15 +5,18 @@ request cost the worker ~0.2 ms of CPU, most of it the two libraries' generic ma
 scopes and messages, a response sender, a deadline scope, a task per request): a heartbeat round
 over 1,000 workers paid that on every host. Here a request is parsed into one small object, its
 handler is called as soon as its body is complete, and its answer is one write on the same
-kept-alive connection.
+kept-alive connection. A handler that finishes without waiting on anything (the simulated
+workers' heartbeat) runs with no task at all; one that waits finishes in a task. Measured in the
+controller scale benchmark: 70-80 ms of the simulated workers' CPU per 1,000 heartbeats instead
+of 220-255 ms through uvicorn and connectrpc.
 
 What it speaks is Connect's unary protocol over HTTP/1.1, as the generated Connect clients and
 the controller's own heartbeat client send it: POST of a binary (`application/proto`) or JSON
 (`application/json`) message, optionally gzip-compressed (`content-encoding`), with an optional
 `connect-timeout-ms` deadline; the answer is the message with status 200, or Connect's JSON
 error body with the HTTP status of its code. Handlers are the generated service protocol's
-methods (`async def method(request, ctx)`) and see a connectrpc `RequestContext`; metadata
-interceptors (`on_start(ctx)` / `on_end(token, ctx, error)`) run around them, as connectrpc runs
+methods (`async def method(request, ctx)`) and see a connectrpc `RequestContext` (response headers
+set on it are not sent: no WorkerService method sets any); metadata interceptors (`on_start(ctx)` / `on_end(token, ctx, error)`) run around them, as connectrpc runs
 them. Plain GET routes answering JSON (a daemon's /health) are served beside the services.
 """
 
@@ -182,6 +185,9 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._request.method = self._parser.get_method().decode("latin-1")
+        if self._request.headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
+            # curl and others hold a larger body back until told to send it.
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         request = self._request
@@ -219,7 +225,6 @@ class _Connection(asyncio.Protocol):
         if not keep_alive:
             transport.close()
             self._transport = None
-        self.last_active = time.monotonic()
 
     def close_if_idle(self, idle_since: float) -> None:
         if not self._busy and self.last_active < idle_since and self._transport is not None:
