@@ -260,7 +260,11 @@ def rows(quick: bool, with_ray: bool, workers: int = 1000) -> list[Row]:
             None,
             "no peer",
             higher_is_better=True,
-            note=f"{m['launched']:,} jobs accepted in {load_seconds:.0f} s; they stay pending",
+            note=(
+                f"{m['launched']:,} jobs accepted in {load_seconds:.0f} s; they stay pending. "
+                f"{len(m['loaded_round_ms'])} rounds ran back to back meanwhile (faster rounds leave "
+                "the controller less time for LaunchJob in the same window)"
+            ),
         ),
         Row(
             "controller_scale.rss",

@@ -3,11 +3,11 @@
 Run by the controller scale benchmark as
 `python -m benchmarks.fake_workers --controller URL --count 1000`.
 
-One uvicorn server (the same HTTP stack a real worker serves on) hosts every worker under its own
-path: worker `fake-0042` is at `http://127.0.0.1:PORT/w/fake-0042`, so the controller keeps one
-address, one client and one connection per worker as it would for real hosts. Each path is a
-generated `WorkerServiceASGIApplication` around a fake that runs nothing: it answers Heartbeat with
-no tasks, refuses a heartbeat meant for another worker id like the real worker does, and knows no
+One `UnaryServer` (the server a real worker serves its WorkerService on) hosts every worker under
+its own path: worker `fake-0042` is at `http://127.0.0.1:PORT/w/fake-0042`, so the controller keeps
+one address, one client and one connection per worker as it would for real hosts. Each path
+prefix carries the WorkerService methods of a fake that runs nothing: it answers Heartbeat with no
+tasks, refuses a heartbeat meant for another worker id like the real worker does, and knows no
 task. The workers register through the controller's Register RPC, as real ones do.
 
 Prints one JSON line, {"pid": ..., "registered": N}, once every worker is registered, then serves
@@ -24,15 +24,14 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import uvicorn
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S, bind_socket
 from iris.cluster.types import attribute_to_proto
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc.cluster_connect import ControllerServiceClientSync, WorkerServiceASGIApplication
-from iris.time import wait_until
+from iris.rpc.cluster_connect import ControllerServiceClientSync
+from iris.rpc.unary_server import UnaryServer, service_methods
 
 GB = 1000**3
 REGISTER_THREADS = 8
@@ -107,47 +106,16 @@ class FakeWorker:
         return pb.HealthCheckResponse(healthy=True, worker_id=self.worker_id, runtime="process")
 
 
-class PathDispatch:
-    """ASGI app routing `/w/<worker id>/<rpc path>` to that worker's WorkerService app in one dict
-    lookup (a Starlette Mount per worker would scan a thousand routes per request)."""
-
-    def __init__(self, apps: dict[str, WorkerServiceASGIApplication]):
-        self.apps = apps
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return
-        parts = scope["path"].split("/", 3)
-        app = self.apps.get(parts[2]) if len(parts) == 4 and parts[1] == "w" else None
-        if app is None:
-            await send({"type": "http.response.start", "status": 404, "headers": []})
-            await send({"type": "http.response.body", "body": b""})
-            return
-        await app(dict(scope, path="/" + parts[3], root_path=""), receive, send)
-
-
-def serve(count: int, sock: socket.socket) -> tuple[uvicorn.Server, threading.Thread]:
-    apps = {
-        worker_id(i): WorkerServiceASGIApplication(FakeWorker(worker_id(i), holds=i == HOLDING_WORKER_INDEX))
-        for i in range(count)
-    }
-    server = uvicorn.Server(
-        # As a worker's HttpServer: uvloop, no access log, no proxy-headers middleware, idle
-        # connections kept between heartbeat rounds.
-        uvicorn.Config(
-            PathDispatch(apps),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            loop="uvloop",
-            proxy_headers=False,
-            timeout_keep_alive=IDLE_CONNECTION_TIMEOUT_S,
-        )
-    )
-    thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, 30, 0.01, "the fake workers' server to start")
-    return server, thread
+def serve(count: int, sock: socket.socket) -> UnaryServer:
+    service = pb.DESCRIPTOR.services_by_name["WorkerService"]
+    methods = {}
+    for i in range(count):
+        fake = FakeWorker(worker_id(i), holds=i == HOLDING_WORKER_INDEX)
+        methods.update(service_methods(fake, service, prefix=f"/w/{worker_id(i)}"))
+    # As a worker's server: the same keep-alive for idle connections between heartbeat rounds.
+    server = UnaryServer(sock, methods, idle_timeout_s=IDLE_CONNECTION_TIMEOUT_S)
+    server.start_in_thread()
+    return server
 
 
 def register_all(controller_url: str, base_url: str, count: int) -> None:
@@ -171,7 +139,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000)
     args = parser.parse_args()
     sock = bind_socket("127.0.0.1", 0)
-    server, thread = serve(args.count, sock)
+    server = serve(args.count, sock)
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     try:
         register_all(args.controller, base_url, args.count)
@@ -180,9 +148,7 @@ def main() -> None:
             if line.strip() == "quit":
                 break
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+        server.stop()
 
 
 if __name__ == "__main__":

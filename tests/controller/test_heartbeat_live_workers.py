@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import threading
 from pathlib import Path
 
+import pytest
 from worker_service_support import AnsweringWorker, serve_worker
 
 from iris.cluster.controller.main import ControllerDaemon
@@ -38,6 +42,76 @@ def test_controller_heartbeat_live_workers_reports_who_answered(tmp_path: Path) 
 
         assert both == {"w-1": True, "w-2": True}
         assert one == {"w-1": True, "w-2": False}
+    finally:
+        for server, _ in servers.values():
+            server.stop()
+        daemon.stop()
+
+
+class _InFlightGauge:
+    """How many heartbeats the workers are answering at once, and the most there ever were."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+class _SlowWorker(AnsweringWorker):
+    """Takes a while over each heartbeat, so that the controller's calls overlap."""
+
+    def __init__(self, worker_id: str, gauge: _InFlightGauge):
+        super().__init__(worker_id)
+        self.gauge = gauge
+
+    async def heartbeat(self, request: pb.HeartbeatRequest, ctx) -> pb.HeartbeatResponse:
+        self.gauge.enter()
+        try:
+            await asyncio.sleep(0.05)
+            return await super().heartbeat(request, ctx)
+        finally:
+            self.gauge.leave()
+
+
+def test_controller_heartbeat_round_keeps_at_most_max_in_flight_and_answers_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limited = DaemonSettings.controller_settings
+    monkeypatch.setattr(
+        DaemonSettings,
+        "controller_settings",
+        lambda self, address: dataclasses.replace(limited(self, address), max_heartbeats_in_flight=2),
+    )
+    daemon = ControllerDaemon(
+        DaemonSettings.from_config(
+            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
+        )
+    )
+    daemon.start_in_thread()
+    gauge = _InFlightGauge()
+    servers = {f"w-{i}": serve_worker(_SlowWorker(f"w-{i}", gauge)) for i in range(6)}
+    try:
+        client = ControllerServiceClientSync(daemon.url)
+        for worker_id, (_, url) in servers.items():
+            metadata = pb.WorkerMetadata(
+                hostname=worker_id, ip_address="127.0.0.1", cpu_millicores=1000, memory_bytes=1 << 30
+            )
+            client.register(pb.RegisterRequest(worker_id=worker_id, address=url, metadata=metadata))
+        gauge.most = 0  # registration sends each worker its first heartbeat
+
+        answered = daemon.controller.heartbeat_live_workers_threadsafe(30)
+
+        assert answered == {worker_id: True for worker_id in servers}
+        assert gauge.most == 2
     finally:
         for server, _ in servers.values():
             server.stop()

@@ -4,38 +4,45 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from iris.cluster.controller.controller import TurnBatch
+from iris.cluster.controller.heartbeat_rounds import TurnBatch
 
 
-def test_turn_batch_calls_of_one_turn_run_together_and_a_failed_item_fails_only_its_caller() -> None:
+def _drive(run, added: list[list[int]]) -> list[tuple[int, object]]:
+    """Adds each inner list of items in one turn of a fresh loop; what `then` was given."""
+    handled: list[tuple[int, object]] = []
+
+    async def main() -> None:
+        batch: TurnBatch[int, int] = TurnBatch(run, lambda item, result: handled.append((item, result)))
+        for items in added:
+            for item in items:
+                batch.add(item)
+            await asyncio.sleep(0)  # one turn: the batch runs early in the next
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    return handled
+
+
+def test_turn_batch_items_of_one_turn_run_together_and_a_failed_item_fails_only_itself() -> None:
     calls: list[list[int]] = []
 
     def run(items: list[int]) -> list[int | Exception]:
         calls.append(items)
         return [ValueError(f"item {i} is bad") if i == 2 else i * 10 for i in items]
 
-    async def main() -> list[int | BaseException]:
-        batch: TurnBatch[int, int] = TurnBatch(run)
-        first = await asyncio.gather(*(batch.submit(i) for i in range(4)), return_exceptions=True)
-        second = await batch.submit(5)
-        return [*first, second]
-
-    results = asyncio.run(main())
+    handled = _drive(run, [[0, 1, 2, 3], [5]])
 
     assert calls == [[0, 1, 2, 3], [5]]
-    assert results[:2] == [0, 10] and results[3:] == [30, 50]
-    assert isinstance(results[2], ValueError) and "item 2" in str(results[2])
+    assert [item for item, _ in handled] == [0, 1, 2, 3, 5]
+    assert [result for item, result in handled if item != 2] == [0, 10, 30, 50]
+    assert isinstance(handled[2][1], ValueError) and "item 2" in str(handled[2][1])
 
 
-def test_turn_batch_run_raising_reaches_every_caller_of_that_turn() -> None:
+def test_turn_batch_run_raising_reaches_every_item_of_that_turn() -> None:
     def run(items: list[int]) -> list[int]:
         raise RuntimeError("store is closed")
 
-    async def main() -> None:
-        batch: TurnBatch[int, int] = TurnBatch(run)
-        await asyncio.gather(batch.submit(1), batch.submit(2))
+    handled = _drive(run, [[1, 2]])
 
-    with pytest.raises(RuntimeError, match="store is closed"):
-        asyncio.run(main())
+    assert [item for item, _ in handled] == [1, 2]
+    assert all(isinstance(result, RuntimeError) and "store is closed" in str(result) for _, result in handled)

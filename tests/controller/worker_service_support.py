@@ -1,5 +1,5 @@
-"""A WorkerService served over loopback on the real HTTP stack, for tests of the controller's
-heartbeat RPC."""
+"""A WorkerService served over loopback on the server a worker serves on, for tests of the
+controller's heartbeat RPC."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import asyncio
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.cluster.http_server import HttpServer, bind_socket, build_app, url_for
+from iris.cluster.http_server import bind_socket, url_for
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc.cluster_connect import WorkerService, WorkerServiceASGIApplication
+from iris.rpc.cluster_connect import WorkerService
+from iris.rpc.unary_server import UnaryServer, service_methods
 
 
 class AnsweringWorker(WorkerService):
@@ -41,8 +42,8 @@ class AnsweringWorker(WorkerService):
         )
 
 
-def serve_worker(worker: AnsweringWorker) -> tuple[HttpServer, str]:
+def serve_worker(worker: AnsweringWorker) -> tuple[UnaryServer, str]:
     sock = bind_socket("127.0.0.1", 0)
-    server = HttpServer(build_app([WorkerServiceASGIApplication(worker)]), sock)
+    server = UnaryServer(sock, service_methods(worker, pb.DESCRIPTOR.services_by_name["WorkerService"]))
     server.start_in_thread()
     return server, url_for(sock)

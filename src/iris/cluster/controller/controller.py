@@ -13,18 +13,14 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable
 
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-
-from iris import chaos
 from iris.cluster.controller.autoscaler import Autoscaler
 from iris.cluster.controller.bundle_store import BundleStore
-from iris.cluster.controller.core import ControllerCore, HeartbeatOutcome, HeartbeatRound
+from iris.cluster.controller.core import ControllerCore
 from iris.cluster.controller.existing_jobs import ExistingJobAction, decide_existing_job
 from iris.cluster.controller.feasibility import demand_from_request, describe_demand, never_servable_reason
+from iris.cluster.controller.heartbeat_rounds import HeartbeatRounds
 from iris.cluster.controller.job_watch import JobWatch
 from iris.cluster.controller.launch import AcceptedBundles, inherit_from_parent, job_id_for
 from iris.cluster.controller.samples import ClusterSamples
@@ -33,8 +29,6 @@ from iris.cluster.controller.store import ControllerStore, Effects
 from iris.cluster.controller.store_base import RequestAlreadyServedError
 from iris.cluster.controller.store_launch import Launch
 from iris.cluster.controller.thread_batch import ThreadBatch
-from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
-from iris.cluster.task_env import TOKEN
 from iris.cluster.types import TERMINAL_JOB_STATES
 from iris.rpc import cluster_pb2 as pb
 from iris.time import ExponentialBackoff, now_ms
@@ -50,47 +44,6 @@ STARTUP_STORE_RETRY_S = 30.0
 # The longest GetJobStatus waits for a job's state to change.
 MAX_STATUS_WAIT_MS = 30_000
 
-Item = TypeVar("Item")
-Result = TypeVar("Result")
-
-
-class TurnBatch(Generic[Item, Result]):
-    """Calls made during one turn of the event loop, run together early in the next one.
-
-    A heartbeat round starts and answers thousands of per-worker coroutines; batching their store
-    work turns thousands of short transactions into a few. `run` gets the items in submission
-    order and returns one result, or the exception for that item, per item.
-    """
-
-    def __init__(self, run: Callable[[list[Item]], Sequence[Result | Exception]]):
-        self._run = run
-        self._items: list[Item] = []
-        self._futures: list[asyncio.Future] = []
-
-    async def submit(self, item: Item) -> Result:
-        loop = asyncio.get_running_loop()
-        if not self._items:
-            loop.call_soon(self._flush)
-        future = loop.create_future()
-        self._items.append(item)
-        self._futures.append(future)
-        result = await future
-        if isinstance(result, Exception):
-            raise result
-        return result
-
-    def _flush(self) -> None:
-        items, futures = self._items, self._futures
-        self._items, self._futures = [], []
-        try:
-            results = self._run(items)
-        except Exception as exc:  # noqa: BLE001 - handed to every waiting coroutine, which reports it
-            results = [exc] * len(items)
-        for future, result in zip(futures, results, strict=True):
-            if not future.done():  # its coroutine was cancelled while it waited
-                future.set_result(result)
-
-
 class Controller:
     """`task_token`, set when auth is on, gives the token a task of `owner`'s job calls the
     controller with (to launch children, register endpoints)."""
@@ -103,13 +56,12 @@ class Controller:
         task_token: Callable[[str], str] | None = None,
     ):
         self.store = store
-        self._task_token = task_token
         self.bundles = bundles
         self.settings = settings
         self.core = ControllerCore(
             store,
             settings,
-            start_round=self._spawn_heartbeats,
+            start_round=self._start_rounds,
             wake_scheduler=self.wake_scheduler,
             capacity_waits=self._capacity_waits,
         )
@@ -118,21 +70,14 @@ class Controller:
         self._schedule_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task] = set()
-        self._heartbeat_client = WorkerHeartbeatClient()
-        # Per worker, who waits for its next heartbeat round to end (whether it was answered).
-        self._round_waiters: dict[str, list[asyncio.Future[bool]]] = {}
         self._stopping = False
-        self._heartbeat_slots = asyncio.Semaphore(settings.max_heartbeats_in_flight)
         self._launches: ThreadBatch[Launch, Effects] = ThreadBatch(self._create_jobs)
         self._stored_bundles = AcceptedBundles()  # only ever touched by the one running batch
-        self._round_starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._begin_rounds)
-        self._round_answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = (
-            TurnBatch(self.core.rounds_answered)
-        )
         # Set by the daemon when the cluster config has scale groups.
         self.autoscaler: Autoscaler | None = None
         # Sampled on every tick, for the dashboard's plots.
         self.samples = ClusterSamples(int(settings.heartbeat_interval_s * 1000))
+        self._rounds = HeartbeatRounds(self.core, store, settings, self.samples, task_token)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -170,7 +115,7 @@ class Controller:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        self._heartbeat_client.close()
+        self._rounds.stop()
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -205,12 +150,10 @@ class Controller:
         whose round is in flight answers in the round after it, planned after this call."""
         if self._stopping:
             raise RuntimeError("the controller is stopping")
-        loop = asyncio.get_running_loop()
         answered: dict[str, asyncio.Future[bool]] = {}
         for worker in self.store.live_workers():
             worker_id = worker["worker_id"]
-            answered[worker_id] = loop.create_future()
-            self._round_waiters.setdefault(worker_id, []).append(answered[worker_id])
+            answered[worker_id] = self._rounds.next_round_ended(worker_id)
             self.request_heartbeat(worker_id)
         await asyncio.gather(*answered.values())
         return {worker_id: future.result() for worker_id, future in answered.items()}
@@ -226,11 +169,8 @@ class Controller:
             future.cancel()
             raise
 
-    def _spawn_heartbeats(self, worker_id: str) -> None:
-        if self._stopping:
-            self.core.rounds_ended(worker_id)
-            return
-        self._spawn(self._heartbeat_worker(worker_id))
+    def _start_rounds(self, worker_id: str) -> None:
+        self._rounds.start(worker_id)
 
     # ------------------------------------------------------------ jobs
 
@@ -374,86 +314,3 @@ class Controller:
             self.samples.record_cluster(now_ms(), jobs_per_state, autoscaler)
         except Exception:
             logger.exception("sampling the cluster for the dashboard failed")
-
-    async def _heartbeat_worker(self, worker_id: str) -> None:
-        """Heartbeat rounds to one worker, back to back while the core wants another."""
-        waiting: list[asyncio.Future[bool]] = []
-        try:
-            while True:
-                # Who asked before this round is planned is answered by it; later askers also
-                # asked for another round, and wait for that one.
-                waiting = self._round_waiters.pop(worker_id, [])
-                outcome = await self._heartbeat_once(worker_id)
-                _settle(waiting, outcome is not None)
-                if not self.core.another_round(worker_id, outcome) or self._stopping:
-                    return
-        except Exception:
-            logger.exception("heartbeat to %s failed unexpectedly", worker_id)
-        finally:
-            self.core.rounds_ended(worker_id)
-            _settle(waiting + self._round_waiters.pop(worker_id, []), False)
-
-    def _begin_rounds(self, worker_ids: list[str]) -> list[HeartbeatRound | None]:
-        rounds = self.core.begin_rounds(worker_ids)
-        return [rounds[worker_id] for worker_id in worker_ids]
-
-    async def _heartbeat_once(self, worker_id: str) -> HeartbeatOutcome | None:
-        heartbeat = await self._round_starts.submit(worker_id)
-        if heartbeat is None:
-            return None
-        headers = {}
-        if heartbeat.plan.callback_token:
-            headers["authorization"] = f"Bearer {heartbeat.plan.callback_token}"
-        try:
-            if heartbeat.request.tasks_to_run:
-                chaos.maybe_fail(chaos.CONTROLLER_DISPATCH, _unreachable)
-            chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT, _unreachable)
-            async with self._heartbeat_slots:
-                response = await self._heartbeat_client.heartbeat(
-                    heartbeat.address,
-                    self._with_task_tokens(heartbeat.request),
-                    headers,
-                    self.settings.heartbeat_rpc_timeout_s,
-                )
-            # The worker acted on the request; only its answer is lost.
-            chaos.maybe_fail(chaos.CONTROLLER_HEARTBEAT_ANSWER, _timed_out)
-        except Exception as exc:
-            logger.warning("heartbeat to worker %s at %s failed: %s", worker_id, heartbeat.address, exc)
-            self.core.round_failed(heartbeat, _describe_error(exc))
-            return None
-        outcome = await self._round_answers.submit((heartbeat, response))
-        self.samples.record_usage(now_ms(), response)
-        return outcome
-
-
-    def _with_task_tokens(self, request: pb.HeartbeatRequest) -> pb.HeartbeatRequest:
-        """The request as sent: each task to start carries its owner's token. Added here, on the
-        way out, so that no stored plan or request ever holds one."""
-        if self._task_token is None or not request.tasks_to_run:
-            return request
-        sent = pb.HeartbeatRequest()
-        sent.CopyFrom(request)
-        for run in sent.tasks_to_run:
-            owner = self.store.job_owner(run.job_id)
-            if owner:
-                run.env[TOKEN] = self._task_token(owner)
-        return sent
-
-
-def _settle(waiting: list[asyncio.Future[bool]], answered: bool) -> None:
-    for future in waiting:
-        if not future.done():
-            future.set_result(answered)
-
-
-def _unreachable(message: str) -> ConnectError:
-    return ConnectError(Code.UNAVAILABLE, message)
-
-
-def _timed_out(message: str) -> ConnectError:
-    return ConnectError(Code.DEADLINE_EXCEEDED, message)
-
-
-def _describe_error(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.split("\n", 1)[0][:300]

@@ -12,19 +12,15 @@ import threading
 from pathlib import Path
 
 import click
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from iris.chaos import load_from_env
 from iris.cluster import task_env
-from iris.cluster.auth.server import RequireCallbackToken
-from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
+from iris.cluster.http_server import PortInUseError, bind_socket, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
 from iris.cluster.worker.node_offer import node_offer_reader
-from iris.cluster.worker.service import WorkerServiceImpl
+from iris.cluster.worker.service import worker_server
 from iris.cluster.worker.settings import WorkerDaemonSettings
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.config import (
@@ -35,7 +31,6 @@ from iris.config import (
     parse_size,
 )
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc.cluster_connect import WorkerServiceASGIApplication
 
 logger = logging.getLogger("iris.worker")
 
@@ -235,19 +230,7 @@ def serve(
         raise click.ClickException(str(exc)) from None
     worker = Worker(settings, container_runtime)
 
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "worker_id": worker.settings.worker_id, "registered": worker.registered})
-
-    async def on_shutdown() -> None:
-        worker.stop(kill_tasks=True)
-
-    interceptors = [RequireCallbackToken(worker.callback_token)] if worker.callback_token else []
-    app = build_app(
-        [WorkerServiceASGIApplication(WorkerServiceImpl(worker), interceptors=interceptors)],
-        [Route("/health", health)],
-        on_shutdown=on_shutdown,
-    )
-    server = HttpServer(app, sock)
+    server = worker_server(worker, sock)
     worker.start()
     if exit_with_pid is not None:
         _stop_when_process_ends(exit_with_pid)

@@ -1,15 +1,20 @@
-"""WorkerService: the RPC surface the controller (and operators) use to reach a worker."""
+"""WorkerService: the RPC surface the controller (and operators) use to reach a worker, and the
+server that carries it (with /health) on the worker's port."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from iris.cluster.auth.server import RequireCallbackToken
+from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S
 from iris.cluster.worker.worker import Worker
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
+from iris.rpc.unary_server import UnaryServer, service_methods
 from iris.time import now_ms
 
 MAX_FETCH_LINES = 10_000
@@ -60,3 +65,24 @@ class WorkerServiceImpl:
             runtime=self._worker.runtime.name,
             last_heartbeat=time_pb2.Timestamp(epoch_ms=now_ms() - since_ms),
         )
+
+
+def worker_server(worker: Worker, sock: socket.socket) -> UnaryServer:
+    """The worker's WorkerService and /health on `sock`. Only the controller that registered the
+    worker may call it when the worker has a callback token; /health is open (readiness probes).
+    Stopping the server (SIGTERM, SIGINT) stops the worker and kills its tasks."""
+
+    def health() -> dict:
+        return {"status": "ok", "worker_id": worker.settings.worker_id, "registered": worker.registered}
+
+    async def on_shutdown() -> None:
+        worker.stop(kill_tasks=True)
+
+    return UnaryServer(
+        sock,
+        service_methods(WorkerServiceImpl(worker), pb.DESCRIPTOR.services_by_name["WorkerService"]),
+        routes={"/health": health},
+        interceptors=[RequireCallbackToken(worker.callback_token)] if worker.callback_token else [],
+        on_shutdown=on_shutdown,
+        idle_timeout_s=IDLE_CONNECTION_TIMEOUT_S,
+    )
