@@ -7,24 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from worker_support import unregistered_worker
 
-from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.worker import worker as worker_module
-from iris.cluster.worker.worker import Worker, WorkerSettings
+from iris.cluster.worker.worker import Worker
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
 
 
 @pytest.fixture
 def worker(tmp_path: Path) -> Worker:
-    settings = WorkerSettings(
-        worker_id="w1",
-        address="http://127.0.0.1:9",
-        controller_address="http://127.0.0.1:9",
-        cache_dir=tmp_path / "cache",
-        metadata=pb.WorkerMetadata(hostname="w1", cpu_millicores=1000, memory_bytes=1 << 30),
-    )
-    return Worker(settings, ProcessRuntime(tmp_path / "runtime"))
+    return unregistered_worker(tmp_path)
 
 
 def _run(task_id: str) -> pb.RunTaskRequest:

@@ -15,28 +15,16 @@ import pytest
 from connectrpc.code import Code
 from connectrpc.compat import google_protobuf_json_codec
 from connectrpc.errors import ConnectError
+from worker_support import unregistered_worker
 
 from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
 from iris.cluster.http_server import bind_socket, url_for
-from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.worker.service import worker_server
-from iris.cluster.worker.worker import Worker, WorkerSettings
+from iris.cluster.worker.worker import Worker
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import WorkerServiceClientSync
 from iris.rpc.unary_server import UnaryServer, service_methods
 from iris.time import wait_until
-
-
-def _worker(tmp_path: Path, token: str = "") -> Worker:
-    settings = WorkerSettings(
-        worker_id="w1",
-        address="http://127.0.0.1:9",
-        controller_address="http://127.0.0.1:9",
-        cache_dir=tmp_path / "cache",
-        metadata=pb.WorkerMetadata(hostname="w1", cpu_millicores=1000, memory_bytes=1 << 30),
-        token=token,
-    )
-    return Worker(settings, ProcessRuntime(tmp_path / "runtime"))
 
 
 @contextlib.contextmanager
@@ -52,7 +40,7 @@ def _serve(server_for: Callable[[socket.socket], UnaryServer]) -> Iterator[str]:
 
 @pytest.fixture
 def worker(tmp_path: Path) -> Worker:
-    return _worker(tmp_path)
+    return unregistered_worker(tmp_path)
 
 
 @pytest.fixture
@@ -123,7 +111,7 @@ def test_worker_server_heartbeats_from_the_controller_client_share_one_connectio
 
 
 def test_worker_server_with_a_callback_token_refuses_other_callers(tmp_path: Path) -> None:
-    worker = _worker(tmp_path, token="bootstrap-token")
+    worker = unregistered_worker(tmp_path, token="bootstrap-token")
     with _serve(lambda sock: worker_server(worker, sock)) as url:
         bearer = {"authorization": f"Bearer {worker.callback_token}"}
         with WorkerServiceClientSync(url, timeout_ms=10_000) as client:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import select
 import signal
@@ -34,7 +33,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from iris.cluster.local_worker import ForkedProcess, can_fork, name_process
+from iris.cluster.local_worker import ForkedProcess, can_fork, exit_forked_child, name_process
 
 # What `ps -o comm`, top and psutil's name() show for the cluster's process, whose command line is
 # the CLI's.
@@ -145,12 +144,7 @@ def _run_cluster_and_exit(
     except BaseException:
         traceback.print_exc()
     finally:
-        try:
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        exit_forked_child(code)
 
 
 def _detach(verbose: bool, configure_logging: Callable[[bool], None]) -> None:

@@ -144,12 +144,18 @@ def _run_worker_and_exit(
     except BaseException:
         traceback.print_exc()
     finally:
-        try:
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        exit_forked_child(code)
+
+
+def exit_forked_child(code: int) -> None:
+    """End a forked child with `code` once its logs and output are out; `os._exit`, so that
+    nothing the parent registered (atexit, its threads' state) runs again in the child."""
+    try:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def name_process(name: str) -> None:
