@@ -15,7 +15,7 @@ import pytest
 from connectrpc.code import Code
 from connectrpc.compat import google_protobuf_json_codec
 from connectrpc.errors import ConnectError
-from worker_support import unregistered_worker
+from worker_support import run_on_a_thread_of_its_own, unregistered_worker
 
 from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
 from iris.cluster.http_server import bind_socket, url_for
@@ -103,7 +103,7 @@ def test_worker_server_heartbeats_from_the_controller_client_share_one_connectio
         client.close()
         return answers, refused.value.code, connections
 
-    answers, refusal, connections = asyncio.run(main())
+    answers, refusal, connections = run_on_a_thread_of_its_own(main())
 
     assert [a.worker_id for a in answers] == ["w1"] * 4
     assert refusal == Code.FAILED_PRECONDITION
@@ -131,7 +131,7 @@ def test_worker_server_with_a_callback_token_refuses_other_callers(tmp_path: Pat
         assert (anonymous.value.code, wrong.value.code) == (Code.UNAUTHENTICATED, Code.UNAUTHENTICATED)
         assert "bearer token does not match" in wrong.value.message
         assert allowed.worker_id == "w1"
-        assert asyncio.run(heartbeat()).worker_id == "w1"
+        assert run_on_a_thread_of_its_own(heartbeat()).worker_id == "w1"
         # Readiness probes carry no token.
         health = httpx.get(f"{url}/health").json()
         assert (health["status"], health["worker_id"]) == ("ok", "w1")
@@ -176,7 +176,7 @@ def test_unary_server_deadline_passes_answers_deadline_exceeded(slow_url: str) -
         await WorkerHeartbeatClient().heartbeat(slow_url, request, {}, 0.2)
 
     with pytest.raises(ConnectError) as from_lean:
-        asyncio.run(lean())
+        run_on_a_thread_of_its_own(lean())
     assert generated.value.code == Code.DEADLINE_EXCEEDED
     assert (answer.status_code, answer.json()["code"]) == (504, "deadline_exceeded")
     assert from_lean.value.code == Code.DEADLINE_EXCEEDED

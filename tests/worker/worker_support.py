@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.rpc import cluster_pb2 as pb
 
 NOWHERE = "http://127.0.0.1:9"
+T = TypeVar("T")
 
 
 def unregistered_worker(tmp_path: Path, token: str = "") -> Worker:
@@ -21,3 +26,10 @@ def unregistered_worker(tmp_path: Path, token: str = "") -> Worker:
         token=token,
     )
     return Worker(settings, ProcessRuntime(tmp_path / "runtime"))
+
+
+def run_on_a_thread_of_its_own(coroutine: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run` on a new thread: a browser test's sync Playwright keeps an event loop running
+    on the main thread for the rest of the session, where `asyncio.run` refuses to start."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
