@@ -19,7 +19,7 @@ from iris.cluster.http_server import PortInUseError, bind_socket, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe
-from iris.cluster.worker.node_offer import node_offer_reader
+from iris.cluster.worker.node_offer import describe_offer, node_offer_reader
 from iris.cluster.worker.service import worker_server
 from iris.cluster.worker.settings import WorkerDaemonSettings
 from iris.cluster.worker.worker import Worker, WorkerSettings
@@ -201,9 +201,12 @@ def serve(
     current_offer = node_offer_reader(container_runtime, metadata)
     if current_offer is not None:
         try:
-            metadata = current_offer()
+            offer = current_offer()
         except ContainerError as exc:
             raise click.ClickException(str(exc)) from None
+        if offer != metadata:
+            logger.info("other Pods on this node leave %s for tasks", describe_offer(offer))
+        metadata = offer
     try:
         sock = bind_socket(options.host, options.port)
     except PortInUseError as exc:

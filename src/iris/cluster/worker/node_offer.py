@@ -9,7 +9,6 @@ scheduler cannot fit.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,8 +17,6 @@ from iris.rpc import cluster_pb2 as pb
 
 if TYPE_CHECKING:
     from iris.cluster.runtime.kubernetes import NodeRoom
-
-logger = logging.getLogger(__name__)
 
 # How often a worker reads its node's room; one Pod listing of one node each time.
 OFFER_CHECK_INTERVAL_S = 30.0
@@ -54,10 +51,4 @@ def node_offer_reader(runtime: ContainerRuntime, configured: pb.WorkerMetadata) 
     if not isinstance(runtime, KubernetesRuntime):
         return None
 
-    def read() -> pb.WorkerMetadata:
-        offer = offer_within(configured, runtime.node_room())
-        if offer != configured:
-            logger.info("node %s leaves %s for tasks", runtime.settings.node_name, describe_offer(offer))
-        return offer
-
-    return read
+    return lambda: offer_within(configured, runtime.node_room())
