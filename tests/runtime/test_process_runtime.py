@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import psutil
 import pytest
 from runtime_support import CreateContainer, is_alive, lines, poll_until, py, read_pid, write_pid_code
 
+from iris.cluster.runtime import process, task_launcher
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 
@@ -25,6 +27,20 @@ from iris.cluster.runtime.types import ContainerConfig, ContainerError, Containe
 @pytest.fixture
 def runtime_kind() -> str:
     return "process"
+
+
+@pytest.fixture(params=["launcher", "setpriv"])
+def launch_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How tasks start: through the compiled launcher, or setpriv and a shell where there is none."""
+    if request.param == "launcher" and task_launcher.launcher() is None:
+        if shutil.which("cc") is not None:
+            pytest.fail("a C compiler is installed but no task launcher was built")
+        pytest.skip("no C compiler to build the task launcher")
+    if request.param == "setpriv":
+        if process.SETPRIV is None:
+            pytest.skip("setpriv is not installed")
+        monkeypatch.setattr(task_launcher, "launcher", lambda: None)
+    return request.param
 
 
 # -- ProcessRuntime specifics --------------------------------------------------------------------
@@ -104,10 +120,14 @@ def test_process_remove_leftovers_fresh_runtime_kills_previous_process_and_retur
 
 WORKER_SCRIPT = """
 import pathlib, sys, time
+from iris.cluster.runtime import task_launcher
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 
-state_dir, workdir, code = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+state_dir, workdir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+code, launch_path = sys.argv[3], sys.argv[4]
+if launch_path == "setpriv":
+    task_launcher.launcher = lambda: None
 runtime = ProcessRuntime(state_dir)
 handle = runtime.create_container(
     ContainerConfig(
@@ -129,13 +149,14 @@ def _kill_if_alive(proc: psutil.Process) -> None:
 
 
 @contextlib.contextmanager
-def _worker_process(tmp_path: Path, workdir: Path, container_code: str):
-    """A separate worker process running one container; yields the worker's Popen."""
+def _worker_process(tmp_path: Path, workdir: Path, container_code: str, launch_path: str = "default"):
+    """A separate worker process running one container, started through `launch_path`
+    ("setpriv" or whatever the host offers); yields the worker's Popen."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER_SCRIPT)
     with open(tmp_path / "worker.log", "w") as log:
         worker = subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path / "state"), str(workdir), container_code],
+            [sys.executable, str(script), str(tmp_path / "state"), str(workdir), container_code, launch_path],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -147,9 +168,11 @@ def _worker_process(tmp_path: Path, workdir: Path, container_code: str):
         worker.wait()
 
 
-def test_process_worker_sigkilled_container_process_dies(tmp_path: Path, workdir: Path) -> None:
+def test_process_worker_sigkilled_container_process_dies(
+    tmp_path: Path, workdir: Path, launch_path: str
+) -> None:
     code = f"import os, pathlib, time\n{write_pid_code('container.pid')}\ntime.sleep(600)"
-    with _worker_process(tmp_path, workdir, code) as worker:
+    with _worker_process(tmp_path, workdir, code, launch_path) as worker:
         container = read_pid(workdir / "container.pid")
         try:
             assert container.ppid() == worker.pid
@@ -263,3 +286,66 @@ def test_process_run_environment_name_with_equals_raises_instead_of_hanging(
     with pytest.raises(ContainerError, match="environment variable"):
         handle.run()
     assert handle.status().phase == ContainerPhase.EXITED
+
+
+def test_process_run_missing_executable_raises_popens_error(
+    create_container: CreateContainer, launch_path: str
+) -> None:
+    handle = create_container(["iris-no-such-executable"])
+
+    with pytest.raises(ContainerError) as raised:
+        handle.run()
+
+    assert isinstance(raised.value.__cause__, FileNotFoundError)
+    assert handle.status().error == (
+        "failed to start 'iris-no-such-executable': "
+        "[Errno 2] No such file or directory: 'iris-no-such-executable'"
+    )
+
+
+def test_process_run_file_without_execute_permission_raises_popens_error(
+    create_container: CreateContainer, workdir: Path, launch_path: str
+) -> None:
+    (workdir / "script.sh").write_text("#!/bin/sh\necho never\n")
+    handle = create_container(["./script.sh"])
+
+    with pytest.raises(ContainerError) as raised:
+        handle.run()
+
+    assert isinstance(raised.value.__cause__, PermissionError)
+
+
+def test_process_run_command_on_path_relative_to_workdir_runs(
+    create_container: CreateContainer, workdir: Path, launch_path: str
+) -> None:
+    # Popen searches PATH after changing into the workdir, so "bin" is the workdir's.
+    (workdir / "bin").mkdir()
+    script = workdir / "bin" / "greet"
+    script.write_text('#!/bin/sh\necho "hello from $0"\n')
+    script.chmod(0o755)
+    handle = create_container(["greet"], env={"PATH": f"bin{os.pathsep}{os.defpath}"})
+
+    handle.run()
+    status = handle.wait(timeout=30)
+
+    assert status.exit_code == 0
+    assert lines(handle, "stdout") == ["hello from bin/greet"]
+
+
+@pytest.mark.parametrize("parent", ["worker", "another process"])
+def test_process_launch_runs_command_only_under_the_worker(
+    tmp_path: Path, launch_path: str, parent: str
+) -> None:
+    """The check for a worker that died before the task's death signal was armed: then the
+    task's parent is no longer the worker, and the command must not run."""
+    marker = tmp_path / "ran"
+    argv, preexec = process.launch_argv(["touch", str(marker)], str(tmp_path), os.defpath)
+    assert preexec is None
+    if parent == "another process":
+        # A shell that forks the launcher (no exec: a command follows) becomes its parent.
+        argv = ["/bin/sh", "-c", '"$@"; exit $?', "sh", *argv]
+
+    returncode = subprocess.run(argv, cwd=tmp_path).returncode
+
+    assert marker.exists() == (parent == "worker")
+    assert (returncode == 0) == (parent == "worker")

@@ -39,6 +39,7 @@ from typing import IO, NoReturn
 
 import psutil
 
+from iris.cluster.runtime import task_launcher
 from iris.cluster.runtime.types import (
     BuildFailedError,
     ContainerConfig,
@@ -150,23 +151,45 @@ def _pip_install_command(target: Path, packages: list[str]) -> list[str]:
     return [uv, "pip", "install", "--python", sys.executable, "--target", str(target), *packages]
 
 
-_SETPRIV = shutil.which("setpriv")
+SETPRIV = shutil.which("setpriv")
 # setpriv ... <worker pid> <argv>: SIGKILL on the forking thread's exit, then exec argv unless
-# the parent is no longer the worker (it died before the signal was set).
+# the parent is no longer the worker (it died before the signal was set). What the compiled
+# launcher does in one exec, for hosts without a C compiler.
 _PDEATHSIG_PREFIX = ["--pdeathsig", "KILL", "--", "/bin/sh", "-c", '[ "$PPID" = "$0" ] && exec "$@"']
 
 
-def _check_can_start(command: str, cwd: str, path: str) -> None:
-    """Raise what Popen would for a command that cannot start: behind setpriv and the shell it
-    would otherwise be only an exit status of 127."""
+def _resolve_command(command: str, cwd: str, path: str) -> str:
+    """The file Popen would execute for `command` in `cwd`, or what it would raise: behind a
+    launcher a command that cannot start would otherwise be only an exit status of 127."""
     if os.sep in command:
         candidate = os.path.join(cwd, command)
         if not os.path.isfile(candidate):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
         if not os.access(candidate, os.X_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
-    elif shutil.which(command, path=path) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+        return command
+    # As Popen: PATH is searched after changing into cwd, so relative entries are relative to it.
+    for entry in path.split(os.pathsep):
+        candidate = os.path.join(entry, command)
+        found = os.path.join(cwd, candidate)
+        if os.path.isfile(found) and os.access(found, os.X_OK):
+            return candidate
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+
+
+def launch_argv(argv: list[str], cwd: str, path: str) -> tuple[list[str], Callable[[], None] | None]:
+    """What to Popen for `argv`, and the preexec_fn it needs: the task must die with the worker.
+
+    Without preexec_fn Popen uses vfork, about a sixth of the CPU of forking the whole worker,
+    so the parent death signal is armed after the fork by a launcher that also makes sure the
+    parent did not die before it was armed, as _pdeathsig_preexec does."""
+    launcher = task_launcher.launcher()
+    if launcher is not None:
+        return [launcher, str(os.getpid()), _resolve_command(argv[0], cwd, path), *argv], None
+    if SETPRIV is not None:
+        _resolve_command(argv[0], cwd, path)
+        return [SETPRIV, *_PDEATHSIG_PREFIX, str(os.getpid()), *argv], None
+    return argv, _pdeathsig_preexec(os.getpid())
 
 
 def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
@@ -513,14 +536,7 @@ class ProcessContainerHandle:
         self, loop: _ProcessLoop, argv: list[str], merge_output: bool, deadline: float | None
     ) -> _Supervised:
         """Fork `argv` in its own session, watched by `loop`, and make it the `_current` process."""
-        if _SETPRIV is not None:
-            _check_can_start(argv[0], str(self._config.workdir), self._env.get("PATH", os.defpath))
-            # Without preexec_fn Popen uses vfork, about a sixth of the CPU of forking the whole
-            # worker. setpriv sets the parent death signal instead, and the shell makes sure the
-            # parent did not die before it was set, as _pdeathsig_preexec does.
-            spawned, preexec = [_SETPRIV, *_PDEATHSIG_PREFIX, str(os.getpid()), *argv], None
-        else:
-            spawned, preexec = argv, _pdeathsig_preexec(os.getpid())
+        spawned, preexec = launch_argv(argv, str(self._config.workdir), self._env.get("PATH", os.defpath))
         sources: list[LogSource] = ["build"] if merge_output else ["stdout", "stderr"]
         proc = subprocess.Popen(
             spawned,
