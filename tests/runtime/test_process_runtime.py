@@ -73,6 +73,20 @@ def test_process_cleanup_kills_process_and_removes_state(
     assert list(containers_dir.iterdir()) == []
 
 
+def test_process_cleanup_record_with_unexpected_file_is_removed(
+    create_container: CreateContainer, tmp_path: Path
+) -> None:
+    handle = create_container(py("print('out-line')"))
+    handle.run()
+    handle.wait(timeout=30)
+    record_dir = tmp_path / "state" / "containers" / handle.container_id
+    (record_dir / "meta.json.tmp").write_text("{")
+
+    handle.cleanup()
+
+    assert not record_dir.exists()
+
+
 def test_process_logs_are_appended_to_state_files(create_container: CreateContainer, tmp_path: Path) -> None:
     handle = create_container(py("import sys; print('out-line'); sys.stderr.write('err-partial')"))
     handle.run()
@@ -244,6 +258,28 @@ def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
             poll_until(lambda: not is_alive(grandchild), "the unrecorded orphan to be killed", timeout=10)
         finally:
             _kill_if_alive(grandchild)
+
+
+def test_process_remove_leftovers_record_without_meta_kills_marked_process(tmp_path: Path) -> None:
+    """What a worker killed after creating a container's record and before writing its pid
+    leaves behind: a directory without meta.json, and processes carrying the container's id."""
+    container_id = "iris-unrecorded-0-deadbeef"
+    record_dir = tmp_path / "state" / "containers" / container_id
+    record_dir.mkdir(parents=True)
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={**os.environ, process.CONTAINER_MARKER_ENV: container_id},
+        start_new_session=True,
+    )
+    try:
+        assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
+
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert not record_dir.exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
 
 
 def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, workdir: Path) -> None:

@@ -6,15 +6,16 @@ process tree) and the timeout itself; cpu_millicores, disk_bytes, image and acce
 are not enforced because there is nothing to isolate them with.
 
 State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
-labels) lets a later worker process find and kill what this one left running, next to
-`stdout.log`, `stderr.log` and `build.log` (each created with its first line). `meta.json` is
-written before anything is forked, and every process of a container carries its id in the
-environment (CONTAINER_MARKER_ENV), so a worker killed between fork and recording the pid still
-leaves processes a later one can find.
+labels, written once a process was forked) lets a later worker process find and kill what this
+one left running, next to `stdout.log`, `stderr.log` and `build.log` (each created with its first
+line). The directory is created before anything is forked, and every process of a container
+carries its id in the environment (CONTAINER_MARKER_ENV), so a worker killed between fork and
+recording the pid still leaves processes a later one can find.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import heapq
@@ -404,7 +405,6 @@ class ProcessContainerHandle:
         self._kill_requested = False
         self._exited = threading.Event()
         self._stats_procs: dict[int, psutil.Process] = {}
-        self._write_meta(pid=None, create_time=None)
 
     # -- protocol -------------------------------------------------------------------------------
 
@@ -510,7 +510,7 @@ class ProcessContainerHandle:
 
     def cleanup(self) -> None:
         self.kill(grace_seconds=0)
-        shutil.rmtree(self._record_dir, ignore_errors=True)
+        _remove_record_dir(self._record_dir)
         self._on_cleanup(self.container_id)
 
     # -- processes ------------------------------------------------------------------------------
@@ -739,6 +739,21 @@ class ProcessContainerHandle:
         os.rename(tmp, target)
 
 
+_RECORD_FILES = ("meta.json", "stdout.log", "stderr.log", "build.log")
+
+
+def _remove_record_dir(record_dir: Path) -> None:
+    """Delete a container's record: unlinking the files it can hold costs half of rmtree's walk."""
+    for name in _RECORD_FILES:
+        with contextlib.suppress(OSError):
+            os.unlink(record_dir / name)
+    try:
+        os.rmdir(record_dir)
+    except OSError:
+        # Something else in it (a meta.json.tmp of a worker killed while writing): walk it.
+        shutil.rmtree(record_dir, ignore_errors=True)
+
+
 def _kill_leftover_group(pid: int, create_time: float) -> None:
     """SIGKILL the process group a previous worker recorded, unless its pid now names someone else."""
     try:
@@ -820,7 +835,7 @@ class ProcessRuntime:
         # forking) and any that left its process group.
         _kill_marked_processes({record_dir.name for record_dir in leftovers})
         for record_dir in leftovers:
-            shutil.rmtree(record_dir, ignore_errors=True)
+            _remove_record_dir(record_dir)
         return len(leftovers)
 
     def _forget(self, container_id: str) -> None:
