@@ -38,10 +38,18 @@ def default_cache_dir() -> Path:
 
 
 def launcher_name(source: bytes) -> str:
-    """The cached program's name: another source or machine gets another file, so a stale
-    build is never run."""
-    digest = hashlib.sha256(source + platform.machine().encode()).hexdigest()[:16]
+    """The cached program's name: another source, machine or C library (a home directory shared
+    between hosts) gets another file, so a stale or foreign build is never run."""
+    host = f"{platform.machine()} {_libc_version()}"
+    digest = hashlib.sha256(source + b"\0" + host.encode()).hexdigest()[:16]
     return f"task-launcher-{digest}"
+
+
+def _libc_version() -> str:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        return ""  # not glibc
 
 
 @functools.cache
