@@ -126,3 +126,27 @@ def test_task_launcher_build_that_ignores_the_parent_check_is_rejected(
 
     assert task_launcher.build_launcher(tmp_path / "cache") is None
     assert os.listdir(tmp_path / "cache") == []
+
+
+def test_task_launcher_first_uses_together_build_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[Path] = []
+    release = threading.Event()
+
+    def slow_build(cache_dir: Path) -> str | None:
+        builds.append(cache_dir)
+        release.wait(timeout=10)
+        return None
+
+    monkeypatch.setattr(task_launcher, "build_launcher", slow_build)
+    task_launcher._cached_launcher.cache_clear()
+    try:
+        threads = [threading.Thread(target=task_launcher.launcher) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        release.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        task_launcher._cached_launcher.cache_clear()
+
+    assert len(builds) == 1

@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -52,10 +53,19 @@ def _libc_version() -> str:
         return ""  # not glibc
 
 
+_build_lock = threading.Lock()
+
+
 @functools.cache
+def _cached_launcher() -> str | None:
+    return build_launcher(default_cache_dir())
+
+
 def launcher() -> str | None:
     """The launcher for this process's tasks, built on first use; None when it cannot be."""
-    return build_launcher(default_cache_dir())
+    # Tasks started together must not run one compiler each.
+    with _build_lock:
+        return _cached_launcher()
 
 
 def build_launcher(cache_dir: Path) -> str | None:
