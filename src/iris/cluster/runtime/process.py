@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, NoReturn, get_args
 
 import psutil
 
@@ -72,6 +72,7 @@ _MAX_LINE_BYTES = 64 * 1024
 _CREATE_TIME_TOLERANCE_SECONDS = 0.05
 _MIB = 1024 * 1024
 
+_META_FILE = "meta.json"
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -121,6 +122,10 @@ def _container_env(config: ContainerConfig, container_id: str) -> dict[str, str]
         packages = str(config.workdir / PACKAGES_DIRNAME)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (packages, config.env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def _log_file_name(source: LogSource) -> str:
+    return f"{source}.log"
 
 
 def _container_id(config: ContainerConfig) -> str:
@@ -556,7 +561,7 @@ class ProcessContainerHandle:
         pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
         for pipe, source in zip(pipes, sources, strict=True):
             assert pipe is not None
-            watched = _Pipe(pipe, source, self._record_dir / f"{source}.log")
+            watched = _Pipe(pipe, source, self._record_dir / _log_file_name(source))
             current.pipes[watched.fd] = watched
             loop.watch(watched.fd, lambda w=watched: self._read(current, w))
         pidfd = os.pidfd_open(proc.pid)
@@ -729,9 +734,9 @@ class ProcessContainerHandle:
             "pid": pid,
             "create_time": create_time,
         }
-        tmp = self._record_dir / "meta.json.tmp"
+        tmp = self._record_dir / f"{_META_FILE}.tmp"
         tmp.write_text(json.dumps(record))
-        target = self._record_dir / "meta.json"
+        target = self._record_dir / _META_FILE
         # Renaming onto an existing file makes ext4 write the new file's data out first
         # (auto_da_alloc), which doubled the CPU of recording the pid. A record briefly missing
         # is one whose pid was not recorded yet: remove_leftovers finds its processes by marker.
@@ -739,18 +744,15 @@ class ProcessContainerHandle:
         os.rename(tmp, target)
 
 
-_RECORD_FILES = ("meta.json", "stdout.log", "stderr.log", "build.log")
-
-
 def _remove_record_dir(record_dir: Path) -> None:
     """Delete a container's record: unlinking the files it can hold costs half of rmtree's walk."""
-    for name in _RECORD_FILES:
+    for name in (_META_FILE, *(_log_file_name(source) for source in get_args(LogSource))):
         with contextlib.suppress(OSError):
             os.unlink(record_dir / name)
     try:
         os.rmdir(record_dir)
     except OSError:
-        # Something else in it (a meta.json.tmp of a worker killed while writing): walk it.
+        # Something else in it (the meta.json.tmp of a worker killed while writing): walk it.
         shutil.rmtree(record_dir, ignore_errors=True)
 
 
@@ -825,7 +827,7 @@ class ProcessRuntime:
             if record_dir.name in live or not record_dir.is_dir():
                 continue
             try:
-                meta = json.loads((record_dir / "meta.json").read_text())
+                meta = json.loads((record_dir / _META_FILE).read_text())
             except (OSError, ValueError):
                 meta = {}
             if meta.get("pid") is not None and meta.get("create_time") is not None:

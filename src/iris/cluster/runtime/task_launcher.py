@@ -84,7 +84,7 @@ def build_launcher(cache_dir: Path) -> str | None:
     for flags in _BUILDS:
         if _build(compiler, flags, target):
             return str(target)
-    logger.info("no task launcher: %s could not build %s; tasks start through setpriv", compiler, SOURCE)
+    logger.info("no task launcher: %s could not build %s; tasks start without it", compiler, SOURCE)
     return None
 
 
