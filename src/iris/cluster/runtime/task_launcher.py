@@ -22,7 +22,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("task_launcher.c")
-# A compile takes a fraction of a second; a compiler that hangs must not hold up the worker.
+# A compile takes a fraction of a second; a compiler that hangs must not hold up the first task forever.
 _COMPILE_TIMEOUT_SECONDS = 60.0
 _OPTIMIZE = ["-O2", "-w"]
 # Tried in order: the libc-free build where the source has a start for the architecture, then
