@@ -223,8 +223,8 @@ def measure(workers: int, rounds: int, load_seconds: float, clients: int) -> dic
                 after = fake_process.cpu_times()
                 fake_cpu.append(after.user + after.system - before.user - before.system)
 
-            loaded, launched = rounds_during_load(controller, clients, load_seconds, interval_s=None)
-            paced, paced_launched = rounds_during_load(controller, clients, load_seconds, interval_s=HEARTBEAT_INTERVAL_S)
+            loaded, launched = rounds_during_load(controller, clients, load_seconds, None)
+            paced, paced_launched = rounds_during_load(controller, clients, load_seconds, HEARTBEAT_INTERVAL_S)
             rss = sampler.stop()
             final = controller.command("stats")
         finally:
