@@ -10,7 +10,8 @@ Register RPC) and this one, which drives and measures.
 - Heartbeat round: the controller heartbeats every live worker at once, as its periodic tick does,
   and the round ends when the last worker's answer is reconciled in the store.
 - LaunchJob accepted per second: client threads here submit trivial jobs as fast as the controller
-  accepts them while rounds run back to back. The jobs ask for all of the one simulated worker
+  accepts them, first while rounds run back to back (a saturated controller), then while a round
+  starts every heartbeat interval, as in a cluster (paced). The jobs ask for all of the one simulated worker
   that keeps what it runs (a job nothing could ever run is refused at submission): the first runs
   there, the rest stay pending (the scheduler still considers them on every pass) and the other
   simulated workers keep running nothing.
@@ -37,6 +38,7 @@ import psutil
 
 from benchmarks.common import REPO, Row, Target, become_subreaper, owned_processes
 from benchmarks.fake_workers import HELD_POOL, WORKER_CPU_MILLICORES
+from iris.config import DEFAULT_HEARTBEAT_INTERVAL
 from iris.cluster.types import Constraint, Entrypoint, ResourceSpec
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync
@@ -48,6 +50,8 @@ COMMAND_TIMEOUT_S = 90.0
 # Round time targets by worker count (issue 19), and the controller's memory limit.
 ROUND_TARGET_MS = {1000: 150.0, 10_000: 2000.0}
 RSS_TARGET_MB = 1000.0
+# A cluster's rounds start once per heartbeat interval: the paced load runs them so.
+HEARTBEAT_INTERVAL_S = DEFAULT_HEARTBEAT_INTERVAL.seconds
 
 
 class JsonLineProcess:
@@ -138,7 +142,7 @@ def launch_request(name: str) -> pb.LaunchJobRequest:
     )
 
 
-def launch_load(url: str, clients: int, seconds: float) -> list[float]:
+def launch_load(url: str, clients: int, seconds: float, name_prefix: str) -> list[float]:
     """Seconds since the load began at which each LaunchJob was accepted."""
     began = time.perf_counter()
     accepted: list[list[float]] = [[] for _ in range(clients)]
@@ -148,7 +152,7 @@ def launch_load(url: str, clients: int, seconds: float) -> list[float]:
         try:
             i = 0
             while time.perf_counter() - began < seconds:
-                client.launch_job(launch_request(f"load-{index}-{i}"))
+                client.launch_job(launch_request(f"{name_prefix}-{index}-{i}"))
                 accepted[index].append(time.perf_counter() - began)
                 i += 1
         finally:
@@ -169,6 +173,30 @@ def per_second(times: list[float], seconds: float) -> list[float]:
         if int(t) < len(windows):
             windows[int(t)] += 1
     return windows
+
+
+def rounds_during_load(
+    controller: JsonLineProcess, clients: int, seconds: float, interval_s: float | None
+) -> tuple[list[dict], list[float]]:
+    """Rounds while the clients submit for `seconds`: back to back (`interval_s` None), or one
+    every `interval_s` as the controller's periodic tick starts them. The rounds' answers, and
+    the seconds since the load began at which each LaunchJob was accepted."""
+    rounds: list[dict] = []
+    accepted: list[float] = []
+    name_prefix = "back-to-back" if interval_s is None else "paced"
+    load_thread = threading.Thread(
+        target=lambda: accepted.extend(launch_load(controller.hello["url"], clients, seconds, name_prefix)),
+        daemon=True,
+    )
+    began = time.perf_counter()
+    load_thread.start()
+    while load_thread.is_alive():
+        rounds.append(controller.command("round"))
+        if interval_s is not None:
+            next_round = began + len(rounds) * interval_s
+            load_thread.join(max(0.0, next_round - time.perf_counter()))
+    load_thread.join()
+    return rounds, accepted
 
 
 def measure(workers: int, rounds: int, load_seconds: float, clients: int) -> dict:
@@ -195,17 +223,8 @@ def measure(workers: int, rounds: int, load_seconds: float, clients: int) -> dic
                 after = fake_process.cpu_times()
                 fake_cpu.append(after.user + after.system - before.user - before.system)
 
-            loaded: list[dict] = []
-            result: dict[str, list[float]] = {}
-
-            def load() -> None:
-                result["times"] = launch_load(controller.hello["url"], clients, load_seconds)
-
-            load_thread = threading.Thread(target=load, daemon=True)
-            load_thread.start()
-            while load_thread.is_alive():
-                loaded.append(controller.command("round"))
-            load_thread.join()
+            loaded, launched = rounds_during_load(controller, clients, load_seconds, None)
+            paced, paced_launched = rounds_during_load(controller, clients, load_seconds, HEARTBEAT_INTERVAL_S)
             rss = sampler.stop()
             final = controller.command("stats")
         finally:
@@ -219,11 +238,14 @@ def measure(workers: int, rounds: int, load_seconds: float, clients: int) -> dic
         "round_cpu_ms": [r["cpu_s"] * 1000 for r in idle],
         "fake_cpu_ms": [c * 1000 for c in fake_cpu],
         "loaded_round_ms": [r["round_ms"] for r in loaded],
-        "launch_per_s": per_second(result.get("times", []), load_seconds),
-        "launched": len(result.get("times", [])),
+        "launch_per_s": per_second(launched, load_seconds),
+        "launched": len(launched),
+        "paced_round_ms": [r["round_ms"] for r in paced],
+        "paced_launch_per_s": per_second(paced_launched, load_seconds),
+        "paced_launched": len(paced_launched),
         "rss_mb": rss,
         "final_rss_mb": final["rss_bytes"] / MB,
-        "incomplete_rounds": sum(1 for r in idle + loaded if r["answered"] < r["workers"]),
+        "incomplete_rounds": sum(1 for r in idle + loaded + paced if r["answered"] < r["workers"]),
     }
 
 
@@ -267,6 +289,25 @@ def rows(quick: bool, with_ray: bool, workers: int = 1000) -> list[Row]:
             ),
         ),
         Row(
+            "controller_scale.round_paced",
+            f"heartbeat round over {workers:,} workers, one per {HEARTBEAT_INTERVAL_S:g} s, during the LaunchJob load",
+            "ms",
+            m["paced_round_ms"],
+            None,
+            "no peer",
+        ),
+        Row(
+            "controller_scale.launch_paced",
+            f"LaunchJob accepted per second while a round starts every {HEARTBEAT_INTERVAL_S:g} s "
+            f"({clients} clients, {workers:,} workers)",
+            "jobs/s",
+            m["paced_launch_per_s"],
+            None,
+            "no peer",
+            higher_is_better=True,
+            note=f"{m['paced_launched']:,} jobs accepted in {load_seconds:.0f} s, after the back-to-back load's",
+        ),
+        Row(
             "controller_scale.rss",
             f"controller RSS with {workers:,} workers, sampled every 100 ms",
             "MB",
@@ -288,11 +329,15 @@ def main() -> None:
     args = parser.parse_args()
     become_subreaper()
     m = measure(args.workers, args.rounds, args.load_seconds, args.clients)
-    for key in ("round_ms", "round_cpu_ms", "fake_cpu_ms", "loaded_round_ms", "launch_per_s", "rss_mb"):
+    keys = ("round_ms", "round_cpu_ms", "fake_cpu_ms", "loaded_round_ms", "launch_per_s")
+    for key in (*keys, "paced_round_ms", "paced_launch_per_s", "rss_mb"):
         values = m[key]
         if values:
             print(f"{key}: median {statistics.median(values):.1f}, max {max(values):.1f} (n={len(values)})")
-    print(f"idle RSS {m['idle_rss_mb']:.0f} MB, launched {m['launched']}, incomplete rounds {m['incomplete_rounds']}")
+    print(
+        f"idle RSS {m['idle_rss_mb']:.0f} MB, launched {m['launched']} back to back and "
+        f"{m['paced_launched']} paced, incomplete rounds {m['incomplete_rounds']}"
+    )
 
 
 if __name__ == "__main__":

@@ -96,8 +96,8 @@ def test_store_scale_rows() -> None:
 def test_controller_scale_measures_rounds_and_launches() -> None:
     m = controller_scale.measure(workers=20, rounds=2, load_seconds=1.0, clients=2)
     assert m["incomplete_rounds"] == 0
-    assert len(m["round_ms"]) == 2 and m["loaded_round_ms"]
-    assert m["launched"] > 0 and m["rss_mb"]
+    assert len(m["round_ms"]) == 2 and m["loaded_round_ms"] and m["paced_round_ms"]
+    assert m["launched"] > 0 and m["paced_launched"] > 0 and m["rss_mb"]
 
 
 def test_actor_call_rows_iris_only() -> None:

@@ -7,12 +7,14 @@ import asyncio
 from iris.cluster.controller.heartbeat_rounds import TurnBatch
 
 
-def _drive(run, added: list[list[int]]) -> list[tuple[int, object]]:
+def _drive(run, added: list[list[int]], most_per_turn: int = 100) -> list[tuple[int, object]]:
     """Adds each inner list of items in one turn of a fresh loop; what `then` was given."""
     handled: list[tuple[int, object]] = []
 
     async def main() -> None:
-        batch: TurnBatch[int, int] = TurnBatch(run, lambda item, result: handled.append((item, result)))
+        batch: TurnBatch[int, int] = TurnBatch(
+            run, lambda item, result: handled.append((item, result)), most_per_turn
+        )
         for items in added:
             for item in items:
                 batch.add(item)
@@ -46,3 +48,25 @@ def test_turn_batch_run_raising_reaches_every_item_of_that_turn() -> None:
 
     assert [item for item, _ in handled] == [1, 2]
     assert all(isinstance(result, RuntimeError) and "store is closed" in str(result) for _, result in handled)
+
+
+def test_turn_batch_beyond_most_per_turn_waits_a_turn_and_other_callbacks_run_between() -> None:
+    events: list[object] = []
+
+    def run(items: list[int]) -> list[int]:
+        events.append(list(items))
+        return items
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        batch: TurnBatch[int, int] = TurnBatch(run, lambda item, result: None, 2)
+        for item in range(5):
+            batch.add(item)
+        # Due in the same turn as the first batch: with no limit it would come after every item.
+        loop.call_soon(events.append, "another request")
+        for _ in range(6):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+
+    assert events == [[0, 1], "another request", [2, 3], [4]]

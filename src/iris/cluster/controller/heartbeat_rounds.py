@@ -2,9 +2,10 @@
 
 A round to a worker is planned (what it carries), sent, answered and reconciled in the store.
 Rounds to thousands of workers start together (the periodic tick), so each step is batched per
-turn of the event loop: every round that starts in a turn is planned in one store transaction,
-each planned request is written to its worker's connection at once, and every answer that
-arrives in a turn is reconciled in one write transaction. Between the steps a round is plain
+turn of the event loop: the rounds that start in a turn are planned in one store transaction,
+each planned request is written to its worker's connection at once, and the answers that arrive
+in a turn are reconciled in one write transaction, at most ROUND_STEPS_PER_TURN of either in a
+turn. Between the steps a round is plain
 data passed to callbacks: no task, coroutine or future per worker. With a coroutine per worker's
 round (its task, two turn-batch futures, a semaphore, the client's own futures) the controller
 spent ~145-160 ms of CPU per 1,000-worker round in the scale benchmark; driven this way, 110-130.
@@ -33,24 +34,36 @@ from iris.time import now_ms
 
 logger = logging.getLogger(__name__)
 
+# The most rounds planned, or answers reconciled, in one turn of the event loop, so that the loop
+# polls its sockets between the steps of a round. With no limit, LaunchJob got ~12 per second
+# while 10,000-worker rounds ran back to back, and ~2 while one ran every 5 s; with 32, ~90 and
+# ~530, and the round took a third of the time: the workers answer the first requests while the
+# later ones are still being planned.
+ROUND_STEPS_PER_TURN = 32
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
 class TurnBatch(Generic[Item, Result]):
-    """Items added during one turn of the event loop, handled together early in the next one.
+    """Items added during one turn of the event loop, handled together early in the next one,
+    at most `most_per_turn` of them per turn.
 
     `run` gets the items in the order they were added and returns one result, or the exception
     for that item, per item; `then` gets each item with its result. Should `run` raise, every
-    item of the turn gets that exception."""
+    item of the batch gets that exception. Items beyond `most_per_turn` wait for the next turn,
+    so that the loop polls its sockets in between: a round's thousand answers handled in one
+    callback kept every other request (a LaunchJob, a status poll) waiting for all of them."""
 
     def __init__(
         self,
         run: Callable[[list[Item]], Sequence[Result | Exception]],
         then: Callable[[Item, Result | Exception], None],
+        most_per_turn: int,
     ):
         self._run = run
         self._then = then
+        self._most = most_per_turn
         self._items: list[Item] = []
 
     def add(self, item: Item) -> None:
@@ -59,7 +72,9 @@ class TurnBatch(Generic[Item, Result]):
         self._items.append(item)
 
     def _flush(self) -> None:
-        items, self._items = self._items, []
+        items, self._items = self._items[: self._most], self._items[self._most :]
+        if self._items:
+            asyncio.get_running_loop().call_soon(self._flush)
         try:
             results = self._run(items)
         except Exception as exc:  # noqa: BLE001 - handed to every item's continuation, which reports it
@@ -87,9 +102,11 @@ class HeartbeatRounds:
         self._samples = samples
         self._task_token = task_token
         self._client = WorkerHeartbeatClient()
-        self._starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(self._plan, self._planned)
+        self._starts: TurnBatch[str, HeartbeatRound | None] = TurnBatch(
+            self._plan, self._planned, ROUND_STEPS_PER_TURN
+        )
         self._answers: TurnBatch[tuple[HeartbeatRound, pb.HeartbeatResponse], HeartbeatOutcome] = TurnBatch(
-            core.rounds_answered, self._reconciled
+            core.rounds_answered, self._reconciled, ROUND_STEPS_PER_TURN
         )
         # Per worker: who waits for its next round to end, and who waits for the round in flight.
         self._waiters: dict[str, list[asyncio.Future[bool]]] = {}
