@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,10 @@ RESULT_FILE = ".iris-result.pkl"
 # A callable's return value travels back in a heartbeat; past this it is refused with a clear error.
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 LOG_POLL_INTERVAL_S = 0.05
+# A running attempt's resource use is measured at most this often; the heartbeats in between
+# (one comes at each nudge) carry the last measurement. Reading /proc for every heartbeat cost
+# more of the worker's CPU than anything else it does for a short task.
+USAGE_SAMPLE_INTERVAL_S = 1.0
 
 TERMINAL = frozenset(
     {pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED, pb.TASK_STATE_WORKER_FAILED}
@@ -82,6 +87,8 @@ class TaskAttempt:
         self._logs: list[LogLine] = []
         self._handle: ContainerHandle | None = None
         self._kill_requested = threading.Event()
+        # (when measured, monotonic; the measurement): see USAGE_SAMPLE_INTERVAL_S.
+        self._usage: tuple[float, pb.ResourceUsage] | None = None
         safe_id = request.task_id.strip("/").replace("/", "__")
         self.workdir = ctx.work_root / f"{safe_id}.a{request.attempt_id}"
         self._thread = threading.Thread(target=self._run, name=f"attempt-{request.task_id}#{request.attempt_id}", daemon=True)
@@ -144,16 +151,26 @@ class TaskAttempt:
         )
         handle = self._handle
         if handle is not None and self.state == pb.TASK_STATE_RUNNING:
-            try:
-                stats = handle.stats()
-                status.usage.CopyFrom(
-                    pb.ResourceUsage(
-                        memory_bytes=stats.memory_bytes, cpu_percent=stats.cpu_percent, process_count=stats.process_count
-                    )
-                )
-            except Exception:
-                logger.debug("stats for %s unavailable", self.key, exc_info=True)
+            usage = self._current_usage(handle)
+            if usage is not None:
+                status.usage.CopyFrom(usage)
         return status
+
+    def _current_usage(self, handle: ContainerHandle) -> pb.ResourceUsage | None:
+        now = time.monotonic()
+        last = self._usage
+        if last is not None and now - last[0] < USAGE_SAMPLE_INTERVAL_S:
+            return last[1]
+        try:
+            stats = handle.stats()
+        except Exception:
+            logger.debug("stats for %s unavailable", self.key, exc_info=True)
+            return None
+        usage = pb.ResourceUsage(
+            memory_bytes=stats.memory_bytes, cpu_percent=stats.cpu_percent, process_count=stats.process_count
+        )
+        self._usage = (now, usage)
+        return usage
 
     def _set_state(self, state: int, error: str = "", exit_code: int | None = None) -> None:
         with self._lock:
