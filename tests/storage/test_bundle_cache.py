@@ -216,3 +216,18 @@ def test_bundle_cache_extract_to_unpacks_into_dest(tmp_path: Path) -> None:
     for task in ("task-0", "task-1"):
         assert cache.extract_to(uri, bundle.sha256, tmp_path / task) == 1
         assert (tmp_path / task / "main.py").read_text() == "print('hi')\n"
+
+
+def test_bundle_cache_empty_bundle_is_fetched_once_then_only_creates_dest(
+    counting_store: type[CountingStore], tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    uri, sha = _upload(build_bundle(tmp_path / "ws").blob)
+    cache = BundleCache(tmp_path / "cache")
+    assert cache.extract_to(uri, sha, tmp_path / "task-0") == 0
+    cache.path_for(sha).unlink()
+
+    assert cache.extract_to(uri, sha, tmp_path / "task-1") == 0
+
+    assert (tmp_path / "task-1").is_dir()
+    assert len(counting_store.downloads) == 1

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import tempfile
 import threading
 import time
+import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,6 +53,9 @@ class BundleCache:
         # an eviction left it over the limit (pinned bundles); at start a previous worker (or a
         # lower limit) may have left it over.
         self._may_be_over_limit = True
+        # Digests of verified bundles with no entries: they unpack to nothing, so there is nothing
+        # to read, check or unpack for them again (jobs submitted from a directory with no files).
+        self._empty: set[str] = set()
 
     def path_for(self, sha256: str) -> Path:
         validate_digest(sha256)
@@ -77,12 +82,19 @@ class BundleCache:
         self._evict(keep=None)
 
     def extract_to(self, uri: str, sha256: str, dest: Path) -> int:
-        """Unpack the bundle into `dest` (fetching it if needed); returns the number of files."""
+        """Unpack the bundle into `dest`, creating it (and fetching the bundle if needed); returns
+        the number of files."""
+        if sha256 in self._empty:
+            dest.mkdir(parents=True, exist_ok=True)
+            return 0
         with self._pinned(sha256):
             # Unpacked from the bytes just verified, so the file is read once, not again by zipfile.
             blob = self._fetch_pinned(uri, sha256)
         self._evict(keep=None)
-        return extract_bundle(blob, dest, self.limits.max_bundle_entries, self.limits.max_bundle_unpacked_bytes)
+        written = extract_bundle(blob, dest, self.limits.max_bundle_entries, self.limits.max_bundle_unpacked_bytes)
+        if not written and not zipfile.ZipFile(io.BytesIO(blob)).namelist():
+            self._empty.add(sha256)
+        return written
 
     def total_bytes(self) -> int:
         return sum(size for _, _, size, _ in self._entries())

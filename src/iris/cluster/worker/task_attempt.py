@@ -219,7 +219,6 @@ class TaskAttempt:
     def _prepare_and_run(self) -> None:
         request = self.request
         self._set_state(pb.TASK_STATE_BUILDING)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         if request.bundle_uri and not self._ctx.runtime.fetches_bundle:
             try:
                 self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
@@ -227,6 +226,8 @@ class TaskAttempt:
                 raise  # the bundle is gone for good: another attempt would not find it either
             except StorageError as exc:
                 raise _WorkerFault(exc) from exc
+        else:
+            self.workdir.mkdir(parents=True, exist_ok=True)
         if self._kill_requested.is_set():
             return
         config = self._container_config()
