@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris import chaos
@@ -29,6 +29,7 @@ from iris.cluster.runtime.types import (
     managed_labels,
 )
 from iris.cluster.worker.bundle_cache import BundleCache
+from iris.cluster.worker.reused_threads import ReusedThreads
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError, StorageNotFoundError
@@ -61,6 +62,8 @@ class AttemptContext:
     kill_grace_s: float
     task_image: str
     on_change: Callable[[], None]
+    # Each attempt is driven by one of these threads from start to end.
+    threads: ReusedThreads = field(default_factory=lambda: ReusedThreads("attempt"))
 
 
 class _WorkerFault(Exception):
@@ -91,12 +94,12 @@ class TaskAttempt:
         self._usage: tuple[float, pb.ResourceUsage] | None = None
         safe_id = request.task_id.strip("/").replace("/", "__")
         self.workdir = ctx.work_root / f"{safe_id}.a{request.attempt_id}"
-        self._thread = threading.Thread(target=self._run, name=f"attempt-{request.task_id}#{request.attempt_id}", daemon=True)
+        self._ended = threading.Event()
 
     # ------------------------------------------------------------ control
 
     def start(self) -> None:
-        self._thread.start()
+        self._ctx.threads.run(self._run)
 
     def kill(self) -> None:
         """Ask the attempt to stop; returns at once, the attempt's thread does the waiting."""
@@ -118,7 +121,8 @@ class TaskAttempt:
         return self.state in TERMINAL
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        """Wait until the attempt's thread is done with it (cleanup included)."""
+        self._ended.wait(timeout)
 
     # ------------------------------------------------------------ reporting
 
@@ -190,6 +194,14 @@ class TaskAttempt:
     # ------------------------------------------------------------ the attempt's thread
 
     def _run(self) -> None:
+        # Named for the attempt it drives, as a stack dump of the worker shows it.
+        threading.current_thread().name = f"attempt-{self.request.task_id}#{self.request.attempt_id}"
+        try:
+            self._drive()
+        finally:
+            self._ended.set()
+
+    def _drive(self) -> None:
         try:
             self._prepare_and_run()
         except BuildFailedError as exc:
