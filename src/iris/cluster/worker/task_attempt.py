@@ -42,9 +42,11 @@ RESULT_FILE = ".iris-result.pkl"
 # A callable's return value travels back in a heartbeat; past this it is refused with a clear error.
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 LOG_POLL_INTERVAL_S = 0.05
-# A running attempt's resource use is measured at most this often; the heartbeats in between
-# (one comes at each nudge) carry the last measurement. Reading /proc for every heartbeat cost
-# more of the worker's CPU than anything else it does for a short task.
+# A running attempt's resource use is measured this long after it starts running, then at most
+# this often; the heartbeats in between (one comes at each nudge) carry the last measurement.
+# Reading /proc for every heartbeat cost more of the worker's CPU than anything else it does for
+# a short task, and a measurement at the start says little: no CPU share yet, and the memory of
+# the launcher rather than of the command.
 USAGE_SAMPLE_INTERVAL_S = 1.0
 
 TERMINAL = frozenset(
@@ -90,8 +92,9 @@ class TaskAttempt:
         self._logs: list[LogLine] = []
         self._handle: ContainerHandle | None = None
         self._kill_requested = threading.Event()
-        # (when measured, monotonic; the measurement): see USAGE_SAMPLE_INTERVAL_S.
-        self._usage: tuple[float, pb.ResourceUsage] | None = None
+        # (when measured, monotonic; the measurement, None before the first): see
+        # USAGE_SAMPLE_INTERVAL_S. Set when the attempt starts running.
+        self._usage: tuple[float, pb.ResourceUsage | None] | None = None
         safe_id = request.task_id.strip("/").replace("/", "__")
         self.workdir = ctx.work_root / f"{safe_id}.a{request.attempt_id}"
         self._ended = threading.Event()
@@ -163,7 +166,9 @@ class TaskAttempt:
     def _current_usage(self, handle: ContainerHandle) -> pb.ResourceUsage | None:
         now = time.monotonic()
         last = self._usage
-        if last is not None and now - last[0] < USAGE_SAMPLE_INTERVAL_S:
+        if last is None:
+            return None
+        if now - last[0] < USAGE_SAMPLE_INTERVAL_S:
             return last[1]
         try:
             stats = handle.stats()
@@ -187,6 +192,7 @@ class TaskAttempt:
                 self.exit_code = exit_code
             if state == pb.TASK_STATE_RUNNING and not self.started_at_ms:
                 self.started_at_ms = now_ms()
+                self._usage = (time.monotonic(), None)
             if state in TERMINAL:
                 self.finished_at_ms = now_ms()
         self._ctx.on_change()
