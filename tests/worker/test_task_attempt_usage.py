@@ -14,7 +14,9 @@ from worker_support import attempt_context
 SAMPLE_INTERVAL_S = 2.0
 
 
-def test_attempt_usage_is_reported_from_one_interval_into_the_run_then_kept_between_samples(tmp_path, monkeypatch):
+def test_attempt_usage_is_reported_from_one_interval_into_the_run_then_kept_between_samples(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(task_attempt, "USAGE_SAMPLE_INTERVAL_S", SAMPLE_INTERVAL_S)
     request = pb.RunTaskRequest(task_id="/job/0", job_id="/job", attempt_id=0)
     request.entrypoint.command.argv.extend([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -25,7 +27,10 @@ def test_attempt_usage_is_reported_from_one_interval_into_the_run_then_kept_betw
         assert not attempt.status(None, 0).HasField("usage")
 
         measured = wait_until(
-            lambda: (status := attempt.status(None, 0)).HasField("usage") and status, 30, 0.05, "a usage sample"
+            lambda: (status := attempt.status(None, 0)).HasField("usage") and status,
+            30,
+            0.05,
+            "a usage sample",
         )
 
         assert measured.usage.process_count >= 1

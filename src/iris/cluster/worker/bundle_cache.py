@@ -91,7 +91,8 @@ class BundleCache:
             # Unpacked from the bytes just verified, so the file is read once, not again by zipfile.
             blob = self._fetch_pinned(uri, sha256)
         self._evict(keep=None)
-        written = extract_bundle(blob, dest, self.limits.max_bundle_entries, self.limits.max_bundle_unpacked_bytes)
+        limits = self.limits
+        written = extract_bundle(blob, dest, limits.max_bundle_entries, limits.max_bundle_unpacked_bytes)
         if not written and not zipfile.ZipFile(io.BytesIO(blob)).namelist():
             self._empty.add(sha256)
         return written
