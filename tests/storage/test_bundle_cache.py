@@ -180,6 +180,22 @@ def test_bundle_cache_checked_out_bundle_is_not_evicted(
     assert len(counting_store.downloads) == 3
 
 
+def test_bundle_cache_restarted_with_a_lower_limit_evicts_at_its_first_hit(
+    counting_store: type[CountingStore], tmp_path: Path
+) -> None:
+    bundles = [_upload(content * 100) for content in (b"1", b"2", b"3")]
+    filled = BundleCache(tmp_path / "cache")
+    for bundle in bundles:
+        filled.fetch(*bundle)
+
+    restarted = BundleCache(tmp_path / "cache", max_bytes=150)
+    restarted.fetch(*bundles[2])  # served from disk: no download to prompt an eviction
+
+    assert restarted.total_bytes() <= 150
+    assert restarted.path_for(bundles[2][1]).exists()
+    assert len(counting_store.downloads) == 3
+
+
 def test_bundle_cache_bundle_larger_than_limit_is_still_returned(
     counting_store: type[CountingStore], tmp_path: Path
 ) -> None:
@@ -200,3 +216,18 @@ def test_bundle_cache_extract_to_unpacks_into_dest(tmp_path: Path) -> None:
     for task in ("task-0", "task-1"):
         assert cache.extract_to(uri, bundle.sha256, tmp_path / task) == 1
         assert (tmp_path / task / "main.py").read_text() == "print('hi')\n"
+
+
+def test_bundle_cache_empty_bundle_is_fetched_once_then_only_creates_dest(
+    counting_store: type[CountingStore], tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    uri, sha = _upload(build_bundle(tmp_path / "ws").blob)
+    cache = BundleCache(tmp_path / "cache")
+    assert cache.extract_to(uri, sha, tmp_path / "task-0") == 0
+    cache.path_for(sha).unlink()
+
+    assert cache.extract_to(uri, sha, tmp_path / "task-1") == 0
+
+    assert (tmp_path / "task-1").is_dir()
+    assert len(counting_store.downloads) == 1

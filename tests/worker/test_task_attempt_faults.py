@@ -13,11 +13,10 @@ import pytest
 from iris import chaos
 from iris.client.bundle import build_bundle
 from iris.cluster.controller.bundle_store import BundleStore
-from iris.cluster.runtime.process import ProcessRuntime
-from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
+from worker_support import attempt_context
 
 
 @pytest.fixture(autouse=True)
@@ -29,14 +28,7 @@ def clean_chaos() -> Iterator[None]:
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> AttemptContext:
-    return AttemptContext(
-        runtime=ProcessRuntime(tmp_path / "runtime"),
-        bundles=BundleCache(tmp_path / "bundles"),
-        work_root=tmp_path / "tasks",
-        kill_grace_s=1.0,
-        task_image="",
-        on_change=lambda: None,
-    )
+    return attempt_context(tmp_path)
 
 
 def _run_request(tmp_path: Path, *argv: str, bundle: bool = False) -> pb.RunTaskRequest:

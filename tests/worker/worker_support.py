@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from iris.cluster.runtime.process import ProcessRuntime
+from iris.cluster.worker.bundle_cache import BundleCache
+from iris.cluster.worker.task_attempt import AttemptContext
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.rpc import cluster_pb2 as pb
 
@@ -26,6 +28,18 @@ def unregistered_worker(tmp_path: Path, token: str = "") -> Worker:
         token=token,
     )
     return Worker(settings, ProcessRuntime(tmp_path / "runtime"))
+
+
+def attempt_context(tmp_path: Path) -> AttemptContext:
+    """What attempts share, on a real process runtime, for tests that drive one attempt."""
+    return AttemptContext(
+        runtime=ProcessRuntime(tmp_path / "runtime"),
+        bundles=BundleCache(tmp_path / "bundles"),
+        work_root=tmp_path / "tasks",
+        kill_grace_s=1.0,
+        task_image="",
+        on_change=lambda: None,
+    )
 
 
 def run_on_a_thread_of_its_own(coroutine: Coroutine[Any, Any, T]) -> T:

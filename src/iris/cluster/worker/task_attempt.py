@@ -11,8 +11,9 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from iris import chaos
@@ -28,6 +29,7 @@ from iris.cluster.runtime.types import (
     managed_labels,
 )
 from iris.cluster.worker.bundle_cache import BundleCache
+from iris.cluster.worker.reused_threads import ReusedThreads
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError, StorageNotFoundError
@@ -40,6 +42,12 @@ RESULT_FILE = ".iris-result.pkl"
 # A callable's return value travels back in a heartbeat; past this it is refused with a clear error.
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 LOG_POLL_INTERVAL_S = 0.05
+# A running attempt's resource use is measured this long after it starts running, then at most
+# this often; the heartbeats in between (one comes at each nudge) carry the last measurement.
+# Reading /proc for every heartbeat cost more of the worker's CPU than anything else it does for
+# a short task, and a measurement at the start says little: no CPU share yet, and the memory of
+# the launcher rather than of the command.
+USAGE_SAMPLE_INTERVAL_S = 1.0
 
 TERMINAL = frozenset(
     {pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_KILLED, pb.TASK_STATE_WORKER_FAILED}
@@ -56,6 +64,8 @@ class AttemptContext:
     kill_grace_s: float
     task_image: str
     on_change: Callable[[], None]
+    # Each attempt is driven by one of these threads from start to end.
+    threads: ReusedThreads = field(default_factory=lambda: ReusedThreads("attempt"))
 
 
 class _WorkerFault(Exception):
@@ -82,14 +92,17 @@ class TaskAttempt:
         self._logs: list[LogLine] = []
         self._handle: ContainerHandle | None = None
         self._kill_requested = threading.Event()
+        # (when measured, monotonic; the measurement, None before the first): see
+        # USAGE_SAMPLE_INTERVAL_S. Set when the attempt starts running.
+        self._usage: tuple[float, pb.ResourceUsage | None] | None = None
         safe_id = request.task_id.strip("/").replace("/", "__")
         self.workdir = ctx.work_root / f"{safe_id}.a{request.attempt_id}"
-        self._thread = threading.Thread(target=self._run, name=f"attempt-{request.task_id}#{request.attempt_id}", daemon=True)
+        self._ended = threading.Event()
 
     # ------------------------------------------------------------ control
 
     def start(self) -> None:
-        self._thread.start()
+        self._ctx.threads.run(self._run)
 
     def kill(self) -> None:
         """Ask the attempt to stop; returns at once, the attempt's thread does the waiting."""
@@ -111,7 +124,8 @@ class TaskAttempt:
         return self.state in TERMINAL
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        """Wait until the attempt's thread is done with it (cleanup included)."""
+        self._ended.wait(timeout)
 
     # ------------------------------------------------------------ reporting
 
@@ -144,16 +158,28 @@ class TaskAttempt:
         )
         handle = self._handle
         if handle is not None and self.state == pb.TASK_STATE_RUNNING:
-            try:
-                stats = handle.stats()
-                status.usage.CopyFrom(
-                    pb.ResourceUsage(
-                        memory_bytes=stats.memory_bytes, cpu_percent=stats.cpu_percent, process_count=stats.process_count
-                    )
-                )
-            except Exception:
-                logger.debug("stats for %s unavailable", self.key, exc_info=True)
+            usage = self._current_usage(handle)
+            if usage is not None:
+                status.usage.CopyFrom(usage)
         return status
+
+    def _current_usage(self, handle: ContainerHandle) -> pb.ResourceUsage | None:
+        now = time.monotonic()
+        last = self._usage
+        if last is None:
+            return None
+        if now - last[0] < USAGE_SAMPLE_INTERVAL_S:
+            return last[1]
+        try:
+            stats = handle.stats()
+        except Exception:
+            logger.debug("stats for %s unavailable", self.key, exc_info=True)
+            return None
+        usage = pb.ResourceUsage(
+            memory_bytes=stats.memory_bytes, cpu_percent=stats.cpu_percent, process_count=stats.process_count
+        )
+        self._usage = (now, usage)
+        return usage
 
     def _set_state(self, state: int, error: str = "", exit_code: int | None = None) -> None:
         with self._lock:
@@ -166,6 +192,7 @@ class TaskAttempt:
                 self.exit_code = exit_code
             if state == pb.TASK_STATE_RUNNING and not self.started_at_ms:
                 self.started_at_ms = now_ms()
+                self._usage = (time.monotonic(), None)
             if state in TERMINAL:
                 self.finished_at_ms = now_ms()
         self._ctx.on_change()
@@ -173,6 +200,14 @@ class TaskAttempt:
     # ------------------------------------------------------------ the attempt's thread
 
     def _run(self) -> None:
+        # Named for the attempt it drives, as a stack dump of the worker shows it.
+        threading.current_thread().name = f"attempt-{self.request.task_id}#{self.request.attempt_id}"
+        try:
+            self._drive()
+        finally:
+            self._ended.set()
+
+    def _drive(self) -> None:
         try:
             self._prepare_and_run()
         except BuildFailedError as exc:
@@ -202,7 +237,6 @@ class TaskAttempt:
     def _prepare_and_run(self) -> None:
         request = self.request
         self._set_state(pb.TASK_STATE_BUILDING)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         if request.bundle_uri and not self._ctx.runtime.fetches_bundle:
             try:
                 self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
@@ -210,6 +244,8 @@ class TaskAttempt:
                 raise  # the bundle is gone for good: another attempt would not find it either
             except StorageError as exc:
                 raise _WorkerFault(exc) from exc
+        else:
+            self.workdir.mkdir(parents=True, exist_ok=True)
         if self._kill_requested.is_set():
             return
         config = self._container_config()
