@@ -83,6 +83,9 @@ class AsgiAnswer:
     status: int
     headers: list[tuple[bytes, bytes]]
     body: bytes
+    # The application failed after it had answered (Starlette's error handler answers 500, then
+    # raises again): the connection is closed after the answer, as uvicorn closes it.
+    close_after: bool = False
 
 
 class AnswerBroken(Exception):
@@ -94,7 +97,7 @@ _SERVER_ERROR = AsgiAnswer(500, [(b"content-type", b"text/plain; charset=utf-8")
 
 async def answer_through(app: AsgiApp, scope: Scope, body: bytes) -> AsgiAnswer:
     """The application's whole answer to the request. One that fails before answering is answered
-    500; one that fails halfway raises `AnswerBroken`, as uvicorn closes the connection then."""
+    500; one that fails halfway through its answer raises `AnswerBroken`."""
     exchange = _Exchange(body)
     try:
         await app(scope, exchange.receive, exchange.send)
@@ -102,7 +105,9 @@ async def answer_through(app: AsgiApp, scope: Scope, body: bytes) -> AsgiAnswer:
         logger.exception("Exception in ASGI application")
         if exchange.status is None:
             return _SERVER_ERROR
-        raise AnswerBroken(str(exc)) from exc
+        if not exchange.answered.is_set():
+            raise AnswerBroken(str(exc)) from exc
+        return AsgiAnswer(exchange.status, exchange.headers, b"".join(exchange.chunks), close_after=True)
     finally:
         exchange.answered.set()
     if exchange.status is None:

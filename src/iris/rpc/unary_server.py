@@ -54,6 +54,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
 from iris.rpc.asgi_fallback import AnswerBroken, AsgiAnswer, AsgiApp, answer_through, scope_for
+from iris.rpc.method_names import python_name
 from iris.time import wait_until
 
 logger = logging.getLogger(__name__)
@@ -97,9 +98,8 @@ def service_methods(
             idempotency_level=IdempotencyLevel.UNKNOWN,
             stream_type=StreamType.UNARY,
         )
-        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", method.name).lower()
         methods[f"{prefix}/{service.full_name}/{method.name}"] = UnaryMethod(
-            info, getattr(implementation, snake)
+            info, getattr(implementation, python_name(method.name))
         )
     return methods
 
@@ -397,7 +397,8 @@ class _Serving:
         except AnswerBroken:
             connection.answered(b"", False)
             return
-        connection.answered(_asgi_answer(answer, request.keep_alive, request.method), request.keep_alive)
+        keep_alive = request.keep_alive and not answer.close_after
+        connection.answered(_asgi_answer(answer, keep_alive, request.method), keep_alive)
 
 
 class _Unsupported(Exception):
