@@ -7,15 +7,17 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from iris.cluster.controller.dashboard import ASSETS_DIR, dashboard_routes, load_assets
-from iris.cluster.http_server import HttpServer, bind_socket, build_app, url_for
+from iris.cluster.http_server import bind_socket, url_for
+from iris.rpc.unary_server import UnaryServer
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[httpx.Client]:
     sock = bind_socket("127.0.0.1", 0)
-    server = HttpServer(build_app([], dashboard_routes()), sock)
+    server = UnaryServer(sock, {}, fallback=Starlette(routes=dashboard_routes()))
     server.start_in_thread()
     try:
         with httpx.Client(base_url=url_for(sock), timeout=10) as client:

@@ -24,7 +24,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.client.bundle import DEFAULT_MAX_BUNDLE_BYTES, WorkspaceBundles
-from iris.client.credentials import bearer_interceptors, resolve_token
+from iris.client.connect_client import ConnectClient
+from iris.client.credentials import bearer_header, resolve_token
 from iris.cluster import task_env
 from iris.cluster.task_env import TaskEnv
 from iris.cluster.types import (
@@ -42,7 +43,6 @@ from iris.cluster.types import (
     parse_priority,
 )
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc.cluster_connect import ControllerServiceClientSync
 from iris.time import Duration
 
 if TYPE_CHECKING:
@@ -245,16 +245,11 @@ class IrisClient:
         self.max_bundle_bytes = max_bundle_bytes
         self.reconnect_timeout = reconnect_timeout
         self.notice = notice
-        interceptors = bearer_interceptors(resolve_token(token))
-        self._rpc = ControllerServiceClientSync(
+        self._rpc = ConnectClient(
             self.url,
-            timeout_ms=DEFAULT_RPC_TIMEOUT_MS,
-            interceptors=interceptors,
-            send_compression=None,
-            accept_compression=(),
-        )
-        self._compressed_rpc = ControllerServiceClientSync(
-            self.url, timeout_ms=DEFAULT_RPC_TIMEOUT_MS, interceptors=interceptors, send_compression=None
+            pb.DESCRIPTOR.services_by_name["ControllerService"],
+            DEFAULT_RPC_TIMEOUT_MS,
+            bearer_header(resolve_token(token)),
         )
         self._on_close: list[Callable[[], None]] = []
         # Every job submitted from an unchanged workspace carries the same bundle: zip it once.
@@ -303,7 +298,6 @@ class IrisClient:
 
     def close(self) -> None:
         self._rpc.close()
-        self._compressed_rpc.close()
         while self._on_close:
             self._on_close.pop()()
 
@@ -321,7 +315,7 @@ class IrisClient:
         delay = TRANSIENT_RETRY_DELAY_S
         while True:
             try:
-                return self._method(method)(request, timeout_ms=timeout_ms)
+                return self._rpc.call(method, request, timeout_ms, method in COMPRESSED_ANSWERS)
             except ConnectError as exc:
                 if exc.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or retries == 0:
                     raise _translate(exc, self.url) from None
@@ -331,12 +325,9 @@ class IrisClient:
 
     def _call_once(self, method: str, request: Any) -> Any:
         try:
-            return self._method(method)(request)
+            return self._rpc.call(method, request, accept_gzip=method in COMPRESSED_ANSWERS)
         except ConnectError as exc:
             raise _translate(exc, self.url) from None
-
-    def _method(self, method: str) -> Callable[..., Any]:
-        return getattr(self._compressed_rpc if method in COMPRESSED_ANSWERS else self._rpc, method)
 
     def call_riding_out_restarts(self, method: str, request: Any) -> Any:
         """`call`, retrying with backoff for up to `reconnect_timeout` while the controller is unreachable."""

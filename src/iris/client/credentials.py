@@ -55,11 +55,15 @@ def save_token(token: str) -> Path:
     return path
 
 
+def _authorization(token: str) -> str:
+    return f"Bearer {token}"
+
+
 class SendBearerToken:
     """A Connect client interceptor that puts `Authorization: Bearer <token>` on every call."""
 
     def __init__(self, token: str):
-        self._header = f"Bearer {token}"
+        self._header = _authorization(token)
 
     def on_start_sync(self, ctx: RequestContext) -> None:
         ctx.request_headers["authorization"] = self._header
@@ -73,3 +77,8 @@ class SendBearerToken:
 
 def bearer_interceptors(token: str) -> list[SendBearerToken]:
     return [SendBearerToken(token)] if token else []
+
+
+def bearer_header(token: str) -> dict[str, str]:
+    """The header that carries `token`; none without one."""
+    return {"authorization": _authorization(token)} if token else {}

@@ -1,7 +1,8 @@
-"""One HTTP port per daemon: Connect RPC apps mounted beside /health and /metrics, on uvicorn.
+"""A daemon's listening socket, and uvicorn serving an ASGI app on it (an actor server's).
 
-The socket is bound before uvicorn starts so that port 0 works (the daemon learns its real port
-and can register or advertise it), and so a bind failure is reported before anything else runs.
+The socket is bound before the server starts so that port 0 works (the daemon learns its real
+port and can register or advertise it), and so a bind failure is reported before anything else
+runs. The controller and the worker serve theirs through `iris.rpc.unary_server`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Mount
 
 from iris.time import wait_until
 
@@ -27,26 +25,6 @@ logger = logging.getLogger(__name__)
 # default heartbeat interval, so a worker closed the controller's connection just as the next
 # heartbeat was due and every heartbeat paid for a new connection on both ends.
 IDLE_CONNECTION_TIMEOUT_S = 120
-
-
-def build_app(
-    rpc_apps: Sequence,
-    routes: Sequence[BaseRoute] = (),
-    on_startup: Callable[[], Awaitable[None]] | None = None,
-    on_shutdown: Callable[[], Awaitable[None]] | None = None,
-) -> Starlette:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if on_startup is not None:
-            await on_startup()
-        try:
-            yield
-        finally:
-            if on_shutdown is not None:
-                await on_shutdown()
-
-    mounts = [Mount(rpc.path, app=rpc) for rpc in rpc_apps]
-    return Starlette(routes=[*routes, *mounts], lifespan=lifespan)
 
 
 class PortInUseError(OSError):

@@ -17,7 +17,10 @@ the controller's own heartbeat client send it: POST of a binary (`application/pr
 error body with the HTTP status of its code. Handlers are the generated service protocol's
 methods (`async def method(request, ctx)`) and see a connectrpc `RequestContext` (response headers
 set on it are not sent: no WorkerService method sets any); metadata interceptors (`on_start(ctx)` / `on_end(token, ctx, error)`) run around them, as connectrpc runs
-them. Plain GET routes answering JSON (a daemon's /health) are served beside the services.
+them. Plain GET routes answering JSON (a daemon's /health) are served beside the services, and
+any other request goes to an optional ASGI application (the controller's dashboard, /health and
+/metrics on Starlette): the controller's ControllerService is served here too, on its one port.
+A connection's request in flight is cancelled when the client goes away, as connectrpc does.
 """
 
 from __future__ import annotations
@@ -50,11 +53,14 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from iris.rpc.asgi_fallback import AnswerBroken, AsgiAnswer, AsgiApp, answer_through, scope_for
+from iris.rpc.method_names import python_name
 from iris.time import wait_until
 
 logger = logging.getLogger(__name__)
 
-# As connectrpc's servers: a larger request message is refused before it is parsed.
+# As connectrpc's servers: a larger request message is refused before it is parsed (the default;
+# a server given a larger limit reads larger messages).
 READ_MAX_BYTES = 4 * 1024 * 1024
 # Answers at least this large are gzip-compressed when the client accepts gzip; a smaller one
 # (every heartbeat of an idle worker) costs more to compress than it saves.
@@ -92,9 +98,8 @@ def service_methods(
             idempotency_level=IdempotencyLevel.UNKNOWN,
             stream_type=StreamType.UNARY,
         )
-        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", method.name).lower()
         methods[f"{prefix}/{service.full_name}/{method.name}"] = UnaryMethod(
-            info, getattr(implementation, snake)
+            info, getattr(implementation, python_name(method.name))
         )
     return methods
 
@@ -107,9 +112,10 @@ class _Request:
     size: int = 0
     keep_alive: bool = True
     method: str = ""
+    http_version: str = "1.1"
 
 
-def _status_line(status: int) -> bytes:
+def status_line(status: int) -> bytes:
     try:
         phrase = HTTPStatus(status).phrase
     except ValueError:
@@ -118,13 +124,13 @@ def _status_line(status: int) -> bytes:
 
 
 _STATUS_LINES = {
-    status: _status_line(status)
+    status: status_line(status)
     for status in (200, 400, 401, 403, 404, 405, 408, 409, 412, 415, 429, 499, 500, 501, 503, 504)
 }
 
 
 def _answer(status: int, content_type: bytes, body: bytes, keep_alive: bool, extra: bytes = b"") -> bytes:
-    line = _STATUS_LINES.get(status) or _status_line(status)
+    line = _STATUS_LINES.get(status) or status_line(status)
     close = b"" if keep_alive else b"connection: close\r\n"
     return b"%scontent-type: %s\r\ncontent-length: %d\r\n%s%s\r\n%s" % (
         line,
@@ -134,6 +140,26 @@ def _answer(status: int, content_type: bytes, body: bytes, keep_alive: bool, ext
         close,
         body,
     )
+
+
+def _asgi_answer(answer: AsgiAnswer, keep_alive: bool, method: str) -> bytes:
+    """`answer` framed: the application's headers, a length when it gave none, and no body where
+    HTTP has none (HEAD, 1xx, 204, 304: RFC 9110, 6.4.1)."""
+    parts = [_STATUS_LINES.get(answer.status) or status_line(answer.status)]
+    has_length = False
+    for name, value in answer.headers:
+        if name != b"connection":
+            has_length = has_length or name == b"content-length"
+            parts.append(b"%s: %s\r\n" % (name, value))
+    bodiless_status = answer.status < 200 or answer.status in (204, 304)
+    if not has_length and not bodiless_status:
+        parts.append(b"content-length: %d\r\n" % len(answer.body))
+    if not keep_alive:
+        parts.append(b"connection: close\r\n")
+    parts.append(b"\r\n")
+    if not bodiless_status and method != "HEAD":
+        parts.append(answer.body)
+    return b"".join(parts)
 
 
 def _error_answer(exc: Exception, keep_alive: bool) -> bytes:
@@ -151,17 +177,24 @@ class _Connection(asyncio.Protocol):
         self._request = _Request()
         self._waiting: list[_Request] = []
         self._busy = False
+        self._in_flight: asyncio.Task | None = None
         self.last_active = time.monotonic()
+        self.peer: tuple[str, int] | None = None
+        self.local: tuple[str, int] | None = None
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self.peer = transport.get_extra_info("peername")
+        self.local = transport.get_extra_info("sockname")
         self._server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._transport = None
+        if self._in_flight is not None:
+            self._in_flight.cancel()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
@@ -181,10 +214,14 @@ class _Connection(asyncio.Protocol):
         self._request.path += url.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._request.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        headers, key, text = self._request.headers, name.decode("latin-1").lower(), value.decode("latin-1")
+        # A repeated field is one list-valued field (RFC 9110, 5.3).
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
-        self._request.method = self._parser.get_method().decode("latin-1")
+        parser = self._parser
+        self._request.method = parser.get_method().decode("latin-1")
+        self._request.http_version = parser.get_http_version()
         if self._request.headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             # curl and others hold a larger body back until told to send it.
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -192,7 +229,7 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         request = self._request
         request.size += len(body)
-        if request.size <= READ_MAX_BYTES:
+        if request.size <= self._server.read_max_bytes:
             request.body.append(body)
 
     def on_message_complete(self) -> None:
@@ -207,11 +244,15 @@ class _Connection(asyncio.Protocol):
 
     def _serve(self, request: _Request) -> None:
         self._busy = True
-        answer = self._server.dispatch(request, self._answered)
-        if answer is not None:
-            self._answered(answer, request.keep_alive)
+        answer = self._server.dispatch(request, self)
+        if isinstance(answer, bytes):
+            self.answered(answer, request.keep_alive)
+        else:
+            self._in_flight = answer
 
-    def _answered(self, answer: bytes, keep_alive: bool) -> None:
+    def answered(self, answer: bytes, keep_alive: bool) -> None:
+        """Writes the answer and serves the next request waiting, if any."""
+        self._in_flight = None
         self._write(answer, keep_alive)
         self._busy = False
         if self._waiting and self._transport is not None:
@@ -237,28 +278,30 @@ class _Connection(asyncio.Protocol):
             self._transport = None
 
 
-# A request answered later (its handler awaited something): called with the answer's bytes and
-# whether the connection stays open.
-Answered = Callable[[bytes, bool], None]
-
-
 class _Serving:
     """What every connection shares: the routes, the interceptors, the live connections."""
 
     def __init__(
-        self, methods: dict[str, UnaryMethod], routes: dict[str, JsonRoute], interceptors: Sequence[Any]
+        self,
+        methods: dict[str, UnaryMethod],
+        routes: dict[str, JsonRoute],
+        interceptors: Sequence[Any],
+        fallback: AsgiApp | None,
+        read_max_bytes: int,
     ) -> None:
         self.methods = methods
         self.routes = routes
         self.interceptors = tuple(interceptors)
+        self.fallback = fallback
+        self.read_max_bytes = read_max_bytes
         self.connections: set[_Connection] = set()
         self.tasks: set[asyncio.Task] = set()
 
-    def dispatch(self, request: _Request, answered: Answered) -> bytes | None:
-        """The answer's bytes now, or None once a task will call `answered` with them."""
+    def dispatch(self, request: _Request, connection: _Connection) -> bytes | asyncio.Task:
+        """The answer's bytes now, or the task that will hand them to `connection.answered`."""
         method = self.methods.get(request.path)
         if method is None:
-            return self._plain(request)
+            return self._plain(request, connection)
         if request.method != "POST":
             return _answer(
                 405,
@@ -268,7 +311,7 @@ class _Serving:
                 b"allow: POST\r\n",
             )
         try:
-            call = _UnaryCall.read(method, request)
+            call = _UnaryCall.read(method, request, self.read_max_bytes)
         except _Unsupported as exc:
             return exc.answer(request.keep_alive)
         except ConnectError as exc:
@@ -285,13 +328,17 @@ class _Serving:
             run = _Resume(coroutine, waited_on)
         else:
             run = self._intercepted(method, call)
-        task = asyncio.get_running_loop().create_task(self._finish(run, call, request.keep_alive, answered))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task = self._track(self._finish(run, call, request.keep_alive, connection))
         if call.deadline is not None:
             timer = asyncio.get_running_loop().call_at(call.deadline, task.cancel)
             task.add_done_callback(lambda _: timer.cancel())
-        return None
+        return task
+
+    def _track(self, coroutine: Any) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     async def _intercepted(self, method: UnaryMethod, call: _UnaryCall) -> Message:
         started: list[tuple[Any, Any]] = []
@@ -313,7 +360,7 @@ class _Serving:
             raise error
         return cast(Message, result)
 
-    async def _finish(self, run: Any, call: _UnaryCall, keep_alive: bool, answered: Answered) -> None:
+    async def _finish(self, run: Any, call: _UnaryCall, keep_alive: bool, connection: _Connection) -> None:
         try:
             answer = call.encode(await run, keep_alive)
         except asyncio.CancelledError:
@@ -322,15 +369,36 @@ class _Serving:
             answer = _error_answer(ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), keep_alive)
         except Exception as exc:  # noqa: BLE001 - a handler's error is the caller's answer
             answer = call.error(exc, keep_alive)
-        answered(answer, keep_alive)
+        connection.answered(answer, keep_alive)
 
-    def _plain(self, request: _Request) -> bytes:
+    def _plain(self, request: _Request, connection: _Connection) -> bytes | asyncio.Task:
         route = self.routes.get(request.path.split("?", 1)[0])
-        if route is None:
+        if route is not None:
+            if request.method != "GET":
+                return _answer(405, b"text/plain", b"", request.keep_alive, b"allow: GET\r\n")
+            return _answer(200, b"application/json", json.dumps(route()).encode(), request.keep_alive)
+        if self.fallback is None:
             return _answer(404, b"text/plain", b"", request.keep_alive)
-        if request.method != "GET":
-            return _answer(405, b"text/plain", b"", request.keep_alive, b"allow: GET\r\n")
-        return _answer(200, b"application/json", json.dumps(route()).encode(), request.keep_alive)
+        if request.size > self.read_max_bytes:
+            return _answer(413, b"text/plain", b"the request is too large", False)
+        return self._track(self._through_fallback(self.fallback, request, connection))
+
+    async def _through_fallback(self, app: AsgiApp, request: _Request, connection: _Connection) -> None:
+        scope = scope_for(
+            request.method,
+            request.path,
+            request.http_version,
+            request.headers,
+            connection.peer,
+            connection.local,
+        )
+        try:
+            answer = await answer_through(app, scope, b"".join(request.body))
+        except AnswerBroken:
+            connection.answered(b"", False)
+            return
+        keep_alive = request.keep_alive and not answer.close_after
+        connection.answered(_asgi_answer(answer, keep_alive, request.method), keep_alive)
 
 
 class _Unsupported(Exception):
@@ -353,7 +421,7 @@ class _UnaryCall:
     deadline: float | None
 
     @staticmethod
-    def read(method: UnaryMethod, request: _Request) -> _UnaryCall:
+    def read(method: UnaryMethod, request: _Request, read_max_bytes: int) -> _UnaryCall:
         headers = request.headers
         content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if content_type not in ("application/proto", "application/json"):
@@ -370,14 +438,14 @@ class _UnaryCall:
         timeout_ms = headers.get("connect-timeout-ms")
         if timeout_ms is not None and not _TIMEOUT_HEADER.fullmatch(timeout_ms):
             raise ConnectError(Code.INVALID_ARGUMENT, f"Invalid timeout header: '{timeout_ms}'")
-        if request.size > READ_MAX_BYTES:
+        if request.size > read_max_bytes:
             raise ConnectError(
-                Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {READ_MAX_BYTES}"
+                Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {read_max_bytes}"
             )
         body = b"".join(request.body)
         encoding = headers.get("content-encoding", "identity")
         if encoding == "gzip":
-            body = _gunzip(body)
+            body = _gunzip(body, read_max_bytes)
         elif encoding != "identity":
             raise ConnectError(
                 Code.UNIMPLEMENTED, f"unknown compression: '{encoding}': supported encodings are gzip"
@@ -412,14 +480,14 @@ class _UnaryCall:
         return _error_answer(exc, keep_alive)
 
 
-def _gunzip(body: bytes) -> bytes:
+def _gunzip(body: bytes, read_max_bytes: int) -> bytes:
     decompressor = zlib.decompressobj(wbits=31)
     try:
-        data = decompressor.decompress(body, READ_MAX_BYTES + 1)
+        data = decompressor.decompress(body, read_max_bytes + 1)
     except zlib.error as exc:
         raise ConnectError(Code.INVALID_ARGUMENT, f"the gzip-compressed request is corrupt: {exc}") from None
-    if len(data) > READ_MAX_BYTES:
-        raise ConnectError(Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {READ_MAX_BYTES}")
+    if len(data) > read_max_bytes:
+        raise ConnectError(Code.RESOURCE_EXHAUSTED, f"message is larger than configured max {read_max_bytes}")
     return data
 
 
@@ -464,8 +532,9 @@ class UnaryServer:
     """Serves unary Connect methods and JSON GET routes on a bound socket, in the foreground (a
     daemon's main thread: SIGTERM and SIGINT stop it) or in a background thread.
 
-    `on_shutdown` runs on the server's loop once it stopped accepting and its requests in flight
-    had `GRACEFUL_STOP_S` to finish."""
+    `on_startup` runs on the server's loop before it accepts a connection; `on_shutdown` once it
+    stopped accepting and its requests in flight had `GRACEFUL_STOP_S` to finish. Requests for
+    any other path than the methods' and the routes' go to `fallback` when given."""
 
     def __init__(
         self,
@@ -473,12 +542,16 @@ class UnaryServer:
         methods: dict[str, UnaryMethod],
         routes: dict[str, JsonRoute] | None = None,
         interceptors: Sequence[Any] = (),
+        on_startup: Callable[[], Any] | None = None,
         on_shutdown: Callable[[], Any] | None = None,
         idle_timeout_s: float = 120.0,
+        fallback: AsgiApp | None = None,
+        read_max_bytes: int = READ_MAX_BYTES,
     ) -> None:
         self._sock = sock
         self.host, self.port = sock.getsockname()[:2]
-        self._serving = _Serving(methods, routes or {}, interceptors)
+        self._serving = _Serving(methods, routes or {}, interceptors, fallback, read_max_bytes)
+        self._on_startup = on_startup
         self._on_shutdown = on_shutdown
         self._idle_timeout_s = idle_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -504,6 +577,8 @@ class UnaryServer:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self._stop_by_signal, signum)
         serving = self._serving
+        if self._on_startup is not None:
+            await self._on_startup()
         server = await loop.create_server(lambda: _Connection(serving), sock=self._sock, backlog=2048)
         sweeper = loop.create_task(self._close_idle_connections())
         self._started.set()
