@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from iris.cluster.controller.dashboard import ASSETS_DIR, dashboard_routes, load_assets
-from iris.cluster.http_server import HttpServer, bind_socket, build_app, url_for
+from iris.cluster.http_server import HttpServer, build_app
+from iris.cluster.listening_socket import bind_socket, url_for
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,8 @@ from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.controller.state_lock import StateDirInUse, StateDirLock
 from iris.cluster.controller.store import ControllerStore
-from iris.cluster.http_server import HttpServer, PortInUseError, bind_socket, build_app, url_for
+from iris.cluster.http_server import HttpServer, build_app
+from iris.cluster.listening_socket import PortInUseError, bind_socket, url_for
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name
