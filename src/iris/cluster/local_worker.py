@@ -104,6 +104,11 @@ def fork_worker(
     """Fork a worker daemon running `iris.cluster.worker.main` with `worker_args` (what follows
     the module on a spawned worker's command line). The caller checked `can_fork()`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # The worker's server and the controller's both run on uvloop with httptools' parser: imported
+    # once here, before the fork, instead of once in each process.
+    import httptools  # noqa: F401
+    import uvloop  # noqa: F401
+
     # Whatever sits in this process's buffers would otherwise be written twice.
     sys.stdout.flush()
     sys.stderr.flush()
