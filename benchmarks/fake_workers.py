@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S, bind_socket
+from iris.cluster.listening_socket import IDLE_CONNECTION_TIMEOUT_S, bind_socket
 from iris.cluster.types import attribute_to_proto
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync

@@ -71,3 +71,33 @@ def test_cluster_with_another_thread_running_spawns_its_worker_instead(tmp_path:
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["Popen ['local-0']"], result.stdout
+
+
+def test_forked_worker_stopped_as_it_forks_ends_by_the_signal_not_the_parents_handler(tmp_path: Path) -> None:
+    # SIGTERM sent the moment the fork returns, before the worker has handlers of its own: the
+    # parent's handler (a local cluster's raises to stop it) must not run in the worker.
+    code = textwrap.dedent("""
+        import os
+        import signal
+        import sys
+        from pathlib import Path
+        from iris.cluster.local_worker import fork_worker
+        from iris.cluster.platform.local import LocalWorkerSpec, worker_args
+
+        def parents_handler(signum, frame):
+            raise RuntimeError("the parent's SIGTERM handler ran")
+
+        signal.signal(signal.SIGTERM, parents_handler)
+        work_dir = Path(sys.argv[1])
+        spec = LocalWorkerSpec("local-0")
+        # A worker the parent's handler kept alive still ends with this interpreter.
+        args = worker_args(spec, "http://127.0.0.1:9", work_dir, 1.0, exit_with_pid=os.getpid())
+        process = fork_worker(args, work_dir / "worker.log", {}, [])
+        process.terminate()
+        print("exit", process.wait(30))
+    """)
+    result = _run(code, tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["exit -15"], result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

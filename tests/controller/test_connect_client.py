@@ -16,7 +16,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.client.connect_client import ConnectClient
-from iris.cluster.http_server import bind_socket, url_for
+from iris.cluster.listening_socket import bind_socket, url_for
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.unary_server import UnaryServer, service_methods
 

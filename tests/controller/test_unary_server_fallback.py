@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from iris.cluster.http_server import bind_socket, url_for
+from iris.cluster.listening_socket import bind_socket, url_for
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.unary_server import UnaryServer, service_methods
 from iris.time import wait_until

@@ -11,7 +11,7 @@ from connectrpc.errors import ConnectError
 from worker_service_support import AnsweringWorker, serve_worker
 
 from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
-from iris.cluster.http_server import bind_socket, url_for
+from iris.cluster.listening_socket import bind_socket, url_for
 from iris.rpc import cluster_pb2 as pb
 
 

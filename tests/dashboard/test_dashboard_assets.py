@@ -10,7 +10,7 @@ import pytest
 from starlette.applications import Starlette
 
 from iris.cluster.controller.dashboard import ASSETS_DIR, dashboard_routes, load_assets
-from iris.cluster.http_server import bind_socket, url_for
+from iris.cluster.listening_socket import bind_socket, url_for
 from iris.rpc.unary_server import UnaryServer
 
 

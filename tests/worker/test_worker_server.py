@@ -18,7 +18,7 @@ from connectrpc.errors import ConnectError
 from worker_support import run_on_a_thread_of_its_own, unregistered_worker
 
 from iris.cluster.controller.worker_rpc import WorkerHeartbeatClient
-from iris.cluster.http_server import bind_socket, url_for
+from iris.cluster.listening_socket import bind_socket, url_for
 from iris.cluster.worker.service import worker_server
 from iris.cluster.worker.worker import Worker
 from iris.rpc import cluster_pb2 as pb

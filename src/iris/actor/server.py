@@ -41,7 +41,8 @@ from connectrpc.errors import ConnectError
 
 from iris.actor.resolver import ACTOR_ATTEMPT_KEY, ACTOR_MARKER_KEY, ACTOR_TASK_KEY, actor_name_of
 from iris.client.client import IrisClient, IrisContext, IrisError, iris_ctx
-from iris.cluster.http_server import HttpServer, bind_socket
+from iris.cluster.http_server import HttpServer
+from iris.cluster.listening_socket import bind_socket
 from iris.rpc import actor_pb2 as apb
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.actor_connect import ActorServiceASGIApplication

@@ -26,7 +26,7 @@ from iris.cluster.controller.lifecycle import (
     stop_controller,
 )
 from iris.cluster.controller.state_lock import StateDirInUse
-from iris.cluster.http_server import PortInUseError
+from iris.cluster.listening_socket import PortInUseError
 from iris.cluster.local_cluster import LocalCluster
 from iris.cluster.platform.base import PlatformError
 

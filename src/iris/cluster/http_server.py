@@ -1,8 +1,6 @@
-"""A daemon's listening socket, and uvicorn serving an ASGI app on it (an actor server's).
-
-The socket is bound before the server starts so that port 0 works (the daemon learns its real
-port and can register or advertise it), and so a bind failure is reported before anything else
-runs. The controller and the worker serve theirs through `iris.rpc.unary_server`.
+"""uvicorn serving an ASGI app (an actor server's) on a socket bound before it starts
+(`iris.cluster.listening_socket`). The controller and the worker serve theirs through
+`iris.rpc.unary_server`.
 """
 
 from __future__ import annotations
@@ -17,43 +15,9 @@ from typing import Any
 
 import uvicorn
 
-from iris.time import wait_until
+from iris.cluster.listening_socket import IDLE_CONNECTION_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
-
-# How long a server keeps an idle client connection open. uvicorn's 5 s default equals the
-# default heartbeat interval, so a worker closed the controller's connection just as the next
-# heartbeat was due and every heartbeat paid for a new connection on both ends.
-IDLE_CONNECTION_TIMEOUT_S = 120
-
-
-class PortInUseError(OSError):
-    pass
-
-
-def url_for(sock: socket.socket, advertised_host: str | None = None) -> str:
-    host, port = sock.getsockname()[:2]
-    if advertised_host:
-        host = advertised_host
-    elif host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    return f"http://{host}:{port}"
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit this; without it Nagle's algorithm meets the client's delayed
-    # ACK and every RPC response stalls ~40 ms.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise PortInUseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(2048)
-    sock.set_inheritable(False)
-    return sock
 
 
 class _PromptServer(uvicorn.Server):
@@ -65,8 +29,12 @@ class _PromptServer(uvicorn.Server):
         super().__init__(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        # Set once the server accepts (uvicorn's `started`) or once serving ended without that:
+        # what a starter waits for, woken at once rather than at its next look.
+        self.started_or_ended = threading.Event()
 
     async def main_loop(self) -> None:
+        self.started_or_ended.set()
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         counter = 0
@@ -115,14 +83,17 @@ class HttpServer:
         self._thread: threading.Thread | None = None
 
     def serve_forever(self) -> None:
-        self._server.run(sockets=[self._sock])
+        try:
+            self._server.run(sockets=[self._sock])
+        finally:
+            self._server.started_or_ended.set()
 
     def start_in_thread(self, timeout: float = 30.0) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="http-server", daemon=True)
         self._thread.start()
-        thread = self._thread
+        if not self._server.started_or_ended.wait(timeout):
+            raise TimeoutError(f"timed out after {timeout}s waiting for the HTTP server to start")
         # uvicorn flips `started` once the lifespan startup finished and the socket accepts.
-        wait_until(lambda: self._server.started or not thread.is_alive(), timeout, 0.01, "the HTTP server to start")
         if not self._server.started:
             raise RuntimeError("the HTTP server did not start; see the log above for the reason")
 

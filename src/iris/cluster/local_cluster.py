@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from iris.cluster import task_env
 from iris.cluster.auth.tokens import AuthMode, parse_mode
 from iris.cluster.controller.settings import DaemonSettings
-from iris.cluster.http_server import bind_socket, url_for
+from iris.cluster.listening_socket import bind_socket, url_for
 from iris.cluster.local_worker import ForkedProcess, can_fork, fork_worker
 from iris.cluster.platform.local import STOP_TIMEOUT_S, LocalWorkerSpec, spawn_worker, worker_args
 from iris.config import apply_defaults
@@ -170,9 +170,10 @@ class LocalCluster:
                     )
             return len(self.healthy_worker_ids()) >= count
 
-        # A worker started beside the controller registers as soon as it serves: a short poll
-        # keeps a cold start from waiting most of an interval for a registration already made.
-        wait_until(ready, timeout, 0.01, f"{count} local worker(s) to register")
+        # A worker started beside the controller registers as soon as it serves, a millisecond or
+        # two after the controller does: a short poll keeps a cold start from waiting most of an
+        # interval for a registration already made.
+        wait_until(ready, timeout, 0.002, f"{count} local worker(s) to register")
 
     def stop_worker(self, worker_id: str, sig: int = signal.SIGTERM) -> None:
         process = self.worker_processes.pop(worker_id)

@@ -33,7 +33,13 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from iris.cluster.local_worker import ForkedProcess, can_fork, exit_forked_child, name_process
+from iris.cluster.local_worker import (
+    ForkedProcess,
+    can_fork,
+    exit_forked_child,
+    fork_holding_signals,
+    name_process,
+)
 
 # What `ps -o comm`, top and psutil's name() show for the cluster's process, whose command line is
 # the CLI's.
@@ -123,20 +129,24 @@ def fork_cluster(verbose: bool, configure_logging: Callable[[bool], None]) -> Cl
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
-    pid = os.fork()
+    pid, signal_mask = fork_holding_signals()
     if pid == 0:
         os.close(messages)
-        _run_cluster_and_exit(parent, sender, verbose, configure_logging)
+        _run_cluster_and_exit(parent, sender, verbose, configure_logging, signal_mask)
     os.close(sender)
     return ClusterProcess(ForkedProcess(pid, sys.argv), messages)
 
 
 def _run_cluster_and_exit(
-    parent: int, sender: int, verbose: bool, configure_logging: Callable[[bool], None]
+    parent: int,
+    sender: int,
+    verbose: bool,
+    configure_logging: Callable[[bool], None],
+    signal_mask: set[signal.Signals],
 ) -> None:
     code = 1
     try:
-        _detach(verbose, configure_logging)
+        _detach(verbose, configure_logging, signal_mask)
         watch_parent = os.pidfd_open(parent)
         code = _serve_cluster(sender, watch_parent)
     except _Stopped:
@@ -147,7 +157,9 @@ def _run_cluster_and_exit(
         exit_forked_child(code)
 
 
-def _detach(verbose: bool, configure_logging: Callable[[bool], None]) -> None:
+def _detach(
+    verbose: bool, configure_logging: Callable[[bool], None], signal_mask: set[signal.Signals]
+) -> None:
     os.setsid()
     name_process(CLUSTER_PROCESS_NAME)
     stdin = os.open(os.devnull, os.O_RDONLY)
@@ -158,6 +170,7 @@ def _detach(verbose: bool, configure_logging: Callable[[bool], None]) -> None:
     for sig in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
     configure_logging(verbose)
 
 

@@ -38,6 +38,11 @@ from pathlib import Path
 _RESET_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
+# Held from a fork until the child has its own handlers for them: one arriving in between would
+# run the parent's handler in the child (a local cluster's SIGTERM handler raising in a worker
+# not yet writing to its log, its traceback on the terminal).
+_HELD_ACROSS_FORK = (*_RESET_SIGNALS, signal.SIGINT)
+
 # What `ps -o comm`, top and psutil's name() show for a forked worker, whose command line is its
 # parent's.
 WORKER_PROCESS_NAME = "iris-worker"
@@ -99,17 +104,40 @@ def fork_worker(
     """Fork a worker daemon running `iris.cluster.worker.main` with `worker_args` (what follows
     the module on a spawned worker's command line). The caller checked `can_fork()`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # The worker's server and the controller's both run on uvloop with httptools' parser: imported
+    # once here, before the fork, instead of once in each process.
+    import httptools  # noqa: F401
+    import uvloop  # noqa: F401
+
     # Whatever sits in this process's buffers would otherwise be written twice.
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    pid, signal_mask = fork_holding_signals()
     if pid == 0:
-        _run_worker_and_exit(worker_args, log_path, env, close_in_child)
+        _run_worker_and_exit(worker_args, log_path, env, close_in_child, signal_mask)
     return ForkedProcess(pid, [sys.executable, "-m", "iris.cluster.worker.main", *worker_args])
 
 
+def fork_holding_signals() -> tuple[int, set[signal.Signals]]:
+    """`os.fork()` with the signals a forked child gives handlers of its own held back (see
+    `_HELD_ACROSS_FORK`). Returns the pid and the signal mask from before: the parent's is restored
+    here, the child restores it once its handlers are set."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_ACROSS_FORK)
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return pid, previous
+
+
 def _run_worker_and_exit(
-    worker_args: Sequence[str], log_path: Path, env: dict[str, str], close_in_child: Sequence[socket.socket]
+    worker_args: Sequence[str],
+    log_path: Path,
+    env: dict[str, str],
+    close_in_child: Sequence[socket.socket],
+    signal_mask: set[signal.Signals],
 ) -> None:
     code = 1
     try:
@@ -130,6 +158,7 @@ def _run_worker_and_exit(
         for sig in _RESET_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
         # The worker configures logging as its own program.
         for handler in logging.root.handlers[:]:
             logging.root.removeHandler(handler)

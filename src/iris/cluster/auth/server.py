@@ -12,15 +12,18 @@ import contextvars
 import hmac
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from iris.cluster.auth.policy import OPEN_METHODS, refusal_for_call
 from iris.cluster.auth.tokens import Identity, InvalidTokenError, TokenVerifier
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 _BEARER = "bearer "
 _caller: contextvars.ContextVar[Identity | None] = contextvars.ContextVar("iris_auth_caller", default=None)
@@ -69,6 +72,9 @@ class RequireToken:
 
     def refuse_http(self, request: Request) -> Response | None:
         """For plain HTTP routes (/metrics): a Connect-shaped JSON error, or None to serve it."""
+        # Here, not at the top: a worker checks tokens too and serves without Starlette.
+        from starlette.responses import JSONResponse
+
         try:
             self.identify(request.headers)
         except ConnectError as exc:

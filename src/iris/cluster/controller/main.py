@@ -37,7 +37,7 @@ from iris.cluster.controller.service import ControllerServiceImpl
 from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.controller.state_lock import StateDirInUse, StateDirLock
 from iris.cluster.controller.store import ControllerStore
-from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S, PortInUseError, bind_socket, url_for
+from iris.cluster.listening_socket import IDLE_CONNECTION_TIMEOUT_S, PortInUseError, bind_socket, url_for
 from iris.cluster.platform.base import PlatformError
 from iris.cluster.platform.factory import create_platform
 from iris.cluster.types import job_state_name

@@ -15,7 +15,7 @@ import click
 
 from iris.chaos import load_from_env
 from iris.cluster import task_env
-from iris.cluster.http_server import PortInUseError, bind_socket, url_for
+from iris.cluster.listening_socket import PortInUseError, bind_socket, url_for
 from iris.cluster.runtime.types import ContainerError, ContainerRuntime
 from iris.cluster.types import ATTR_SLICE_ID, parse_gpu_spec, tpu_device, tpu_topology
 from iris.cluster.worker.env_probe import probe

@@ -10,7 +10,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.cluster.auth.server import RequireCallbackToken
-from iris.cluster.http_server import IDLE_CONNECTION_TIMEOUT_S
+from iris.cluster.listening_socket import IDLE_CONNECTION_TIMEOUT_S
 from iris.cluster.worker.worker import Worker
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
