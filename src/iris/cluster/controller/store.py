@@ -157,37 +157,50 @@ class ControllerStore(JobLaunches, StoreReads):
             demands = [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
             if not demands:
                 return [], []
-            committed: dict[str, Resources] = {}
-            devices_used: dict[str, int] = {}
-            for a in db.execute(
-                f"SELECT a.worker_id, a.cpu_millicores, a.memory_bytes, a.disk_bytes, t.job_id FROM attempts a "
-                f"JOIN tasks t ON t.task_id = a.task_id WHERE a.state IN ({ACTIVE_SQL})"
+            workers = self._healthy_capacities(db)
+        return demands, workers
+
+    def _healthy_capacities(self, db: sqlite3.Connection) -> list[WorkerCapacity]:
+        """Each healthy worker's capacity less what its active attempts hold. The attempts are
+        summed by SQLite and only for healthy workers (none at all when no worker is healthy): at a
+        million jobs there are tens of thousands of active attempts, read on every full pass."""
+        healthy = db.execute(
+            f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+            f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
+        ).fetchall()
+        if not healthy:
+            return []
+        # CROSS JOIN keeps the workers outside: each seeks its own attempts in `attempts_worker`.
+        on_healthy = "workers w CROSS JOIN attempts a ON a.worker_id = w.worker_id"
+        active = f"w.state = {pb.WORKER_STATE_HEALTHY} AND a.state IN ({ACTIVE_SQL})"
+        committed = {
+            worker_id: Resources(cpu, memory, disk)
+            for worker_id, cpu, memory, disk in db.execute(
+                f"SELECT a.worker_id, SUM(a.cpu_millicores), SUM(a.memory_bytes), SUM(a.disk_bytes)"
+                f" FROM {on_healthy} WHERE {active} GROUP BY a.worker_id"
+            )
+        }
+        offers = [(w["worker_id"], *self._worker_offer(w)) for w in healthy]
+        devices_used: dict[str, int] = {}
+        if any(device is not None for *_, device in offers):
+            for worker_id, job_id in db.execute(
+                f"SELECT a.worker_id, t.job_id FROM {on_healthy} JOIN tasks t ON t.task_id = a.task_id WHERE {active}"
             ):
-                worker_id = a["worker_id"]
-                committed[worker_id] = committed.get(worker_id, Resources()) + Resources(
-                    a["cpu_millicores"], a["memory_bytes"], a["disk_bytes"]
-                )
-                device = self._demand_template(a["job_id"]).device
+                device = self._demand_template(job_id).device
                 if device is not None:
                     # A whole-host TPU request (count 0) takes every chip: count it as "a lot".
                     devices_used[worker_id] = devices_used.get(worker_id, 0) + (device.count or 1 << 20)
-            workers = []
-            for w in db.execute(
-                f"SELECT worker_id, metadata, registered_at_ms FROM workers "
-                f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
-            ):
-                total, attributes, device = self._worker_offer(w)
-                workers.append(
-                    WorkerCapacity(
-                        w["worker_id"],
-                        total,
-                        total - committed.get(w["worker_id"], Resources()),
-                        attributes,
-                        device,
-                        max(0, (device.count if device else 0) - devices_used.get(w["worker_id"], 0)),
-                    )
-                )
-        return demands, workers
+        return [
+            WorkerCapacity(
+                worker_id,
+                total,
+                total - committed.get(worker_id, Resources()),
+                attributes,
+                device,
+                max(0, (device.count if device else 0) - devices_used.get(worker_id, 0)),
+            )
+            for worker_id, total, attributes, device in offers
+        ]
 
     def idle_capacities(self) -> list[WorkerCapacity]:
         """Every healthy worker as if it ran nothing: what the cluster could hold at best.
