@@ -140,25 +140,28 @@ class ControllerStore(JobLaunches, StoreReads):
             return self.capacity_epoch, db.execute("SELECT COALESCE(MAX(rowid), 0) FROM tasks").fetchone()[0]
 
     def scheduling_inputs(self, after_row: int = 0) -> tuple[list[TaskDemand], list[WorkerCapacity]]:
-        """Pending tasks in scheduling order (only those created after task row `after_row`),
-        and the capacity each healthy worker has left.
-
-        Order: higher priority first; then by the submission of the job's root, so a running
-        job's children go before jobs submitted after it; then FIFO by job; then task index.
-        """
+        """Pending tasks in scheduling order (only those created after task row `after_row`), and
+        the capacity each healthy worker has left (not read when no task is pending)."""
         with self._read() as db:
-            rows = db.execute(
-                f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
-                f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
-                f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
-                (after_row,),
-            ).fetchall()
-            by_job = self._task_demands_by_job
-            demands = [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
-            if not demands:
-                return [], []
-            workers = self._healthy_capacities(db)
-        return demands, workers
+            demands = self._pending_demands(db, after_row)
+            return demands, self._healthy_capacities(db) if demands else []
+
+    def pending_demands(self) -> list[TaskDemand]:
+        """Every pending task in scheduling order, without the workers' capacities."""
+        with self._read() as db:
+            return self._pending_demands(db, 0)
+
+    def _pending_demands(self, db: sqlite3.Connection, after_row: int) -> list[TaskDemand]:
+        """Order: higher priority first; then by the submission of the job's root, so a running
+        job's children go before jobs submitted after it; then FIFO by job; then task index."""
+        rows = db.execute(
+            f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
+            f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
+            f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
+            (after_row,),
+        ).fetchall()
+        by_job = self._task_demands_by_job
+        return [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
 
     def _healthy_capacities(self, db: sqlite3.Connection) -> list[WorkerCapacity]:
         """Each healthy worker's capacity less what its active attempts hold. The attempts are
