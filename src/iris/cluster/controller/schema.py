@@ -89,11 +89,18 @@ def _job_blocks(conn: sqlite3.Connection) -> None:
         "CREATE TABLE job_blocks (level INTEGER NOT NULL, block INTEGER NOT NULL, state INTEGER NOT NULL,"
         " is_root INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (level, block, state, is_root)) WITHOUT ROWID"
     )
-    for level in JOB_BLOCK_LEVELS:
+    # The jobs are read once, for the finest blocks; each coarser level adds up the one below.
+    finest = JOB_BLOCK_LEVELS[-1]
+    conn.execute(
+        "INSERT INTO job_blocks(level, block, state, is_root, n) SELECT ?, submitted_at_ms >> ?, state,"
+        " parent_job_id IS NULL, COUNT(*) FROM jobs GROUP BY 2, 3, 4",
+        (finest, finest),
+    )
+    for finer, level in zip(JOB_BLOCK_LEVELS[:0:-1], JOB_BLOCK_LEVELS[-2::-1], strict=True):
         conn.execute(
-            "INSERT INTO job_blocks(level, block, state, is_root, n) SELECT ?, submitted_at_ms >> ?, state,"
-            " parent_job_id IS NULL, COUNT(*) FROM jobs GROUP BY 2, 3, 4",
-            (level, level),
+            "INSERT INTO job_blocks(level, block, state, is_root, n) SELECT ?, block >> ?, state, is_root, SUM(n)"
+            " FROM job_blocks WHERE level = ? GROUP BY 2, 3, 4",
+            (level, level - finer, finer),
         )
 
     def add(row: str) -> str:
