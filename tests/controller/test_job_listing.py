@@ -229,7 +229,7 @@ def _spread_jobs(store: ControllerStore, count: int) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("order", [pb.JOB_ORDER_NEWEST, pb.JOB_ORDER_OLDEST])
+@pytest.mark.parametrize("order", [pb.JOB_ORDER_NEWEST, pb.JOB_ORDER_OLDEST, pb.JOB_ORDER_STATE])
 @pytest.mark.parametrize("states", [[], [pb.JOB_STATE_KILLED], [pb.JOB_STATE_PENDING, pb.JOB_STATE_KILLED]])
 @pytest.mark.parametrize("roots_only", [False, True])
 def test_list_jobs_offset_pages_of_jobs_spread_over_weeks_match_the_whole_listing(

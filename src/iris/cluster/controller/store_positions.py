@@ -17,6 +17,9 @@ from iris.rpc import cluster_pb2 as pb
 
 # The orders whose first key is the submission time: True where the newest comes first.
 TIME_ORDERS: dict[int, bool] = {pb.JOB_ORDER_NEWEST: True, pb.JOB_ORDER_OLDEST: False}
+# The orders whose offsets are found from the blocks: the time orders, and the state order (each
+# state's jobs newest first).
+JUMP_ORDERS = (*TIME_ORDERS, pb.JOB_ORDER_STATE)
 
 
 @dataclass(frozen=True)
@@ -76,3 +79,23 @@ def seek_offset(
     if newest_first:
         return OffsetSeek("submitted_at_ms < ?", span[1], skip)
     return OffsetSeek("submitted_at_ms >= ?", span[0], skip)
+
+
+def seek_state_order(
+    db: sqlite3.Connection, states: list[int], roots_only: bool, offset: int
+) -> tuple[int, OffsetSeek] | None:
+    """Where the page `offset` rows into the selection starts in the state order: the state of its
+    first row, and where that row is among the state's jobs newest first; None when the selection
+    holds no more than `offset` jobs."""
+    where, params = _selection_sql(states, roots_only)
+    conditions = " AND ".join(["level = ?", *where])
+    skip = offset
+    for state, n in db.execute(
+        f"SELECT state, SUM(n) FROM job_blocks WHERE {conditions} GROUP BY state ORDER BY state",
+        [JOB_BLOCK_LEVELS[0], *params],
+    ).fetchall():
+        if skip < n:
+            seek = seek_offset(db, pb.JOB_ORDER_NEWEST, [state], roots_only, skip)
+            return None if seek is None else (state, seek)
+        skip -= n
+    return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.cluster.controller import render
-from iris.cluster.controller.store_positions import TIME_ORDERS, count_in_blocks, seek_offset
+from iris.cluster.controller.store_positions import JUMP_ORDERS, count_in_blocks, seek_offset, seek_state_order
 from iris.cluster.controller.store_base import (
     ACTIVE_SQL,
     TERMINAL_JOB_SQL,
@@ -328,7 +328,7 @@ class StoreReads(StoreBase):
                 total = count_in_blocks(db, state_list, roots_only=True)
             else:
                 total = self._count_in_states(db, state_list)
-            if by_blocks and 0 < offset < total and filters.order in TIME_ORDERS:
+            if by_blocks and 0 < offset < total and filters.order in JUMP_ORDERS:
                 rows = self._jump_rows(db, filters, state_list, page_where, page_params, limit, offset)
             else:
                 rows = self._walk_rows(db, filters.order, page_where, page_params, prefix_at, total, limit, offset)
@@ -353,13 +353,31 @@ class StoreReads(StoreBase):
         limit: int,
         offset: int,
     ) -> list[sqlite3.Row]:
-        """The page `offset` rows into a selection by state and root flag in a time order: from the
-        edge of the time block that holds its first row, skipping only that block's rows before it."""
-        seek = seek_offset(db, filters.order, states, filters.roots_only, offset)
-        if seek is None:
+        """The page `offset` rows into a selection by state and root flag, in a time order or the
+        state order: from the edge of the time block that holds its first row, skipping only that
+        block's rows before it. In the state order a page that runs past its first state's jobs
+        continues from the start of the states after it."""
+        order = filters.order
+        if order != pb.JOB_ORDER_STATE:
+            seek = seek_offset(db, order, states, filters.roots_only, offset)
+            if seek is None:
+                return []
+            return self._rows_from(db, order, [*where, seek.condition], [*params, seek.bound], limit, seek.skip)
+        found = seek_state_order(db, states, filters.roots_only, offset)
+        if found is None:
             return []
-        page_sql = self._page_sql(db, filters.order, False, [*where, seek.condition], None, 0, 0)
-        return db.execute(page_sql, [*params, seek.bound, limit, seek.skip]).fetchall()
+        state, seek = found
+        rows = self._rows_from(
+            db, order, [*where, "state = ?", seek.condition], [*params, state, seek.bound], limit, seek.skip
+        )
+        if len(rows) < limit:
+            rows += self._rows_from(db, order, [*where, "state > ?"], [*params, state], limit - len(rows), 0)
+        return rows
+
+    def _rows_from(
+        self, db: sqlite3.Connection, order: int, where: list[str], params: list[object], limit: int, skip: int
+    ) -> list[sqlite3.Row]:
+        return db.execute(self._page_sql(db, order, False, where, None, 0, 0), [*params, limit, skip]).fetchall()
 
     def _walk_rows(
         self,
