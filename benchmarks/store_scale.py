@@ -227,9 +227,9 @@ def measure(
             root_count = sum(1 for job_id in job_ids if job_id.count("/") == 1)
             del listing
             succeeded_offsets = [
-                rng.randrange(counts.get(pb.JOB_STATE_SUCCEEDED, 0) - 100) for _ in range(queries + WARMUP_CALLS)
+                rng.randrange(max(1, counts.get(pb.JOB_STATE_SUCCEEDED, 0) - 100)) for _ in range(queries + WARMUP_CALLS)
             ]
-            root_offsets = [rng.randrange(root_count - 50) for _ in range(queries + WARMUP_CALLS)]
+            root_offsets = [rng.randrange(max(1, root_count - 50)) for _ in range(queries + WARMUP_CALLS)]
 
             def list_jobs(**kwargs) -> Callable[[int], object]:
                 return lambda i: client.list_jobs(pb.ListJobsRequest(page_size=100, **kwargs))
