@@ -15,8 +15,8 @@ The mix is a busy cluster's history: most jobs finished (88% succeeded, 5% faile
 Then a real ControllerDaemon (`benchmarks.controller_host`, its own process) opens the store and
 this process times each RPC from a client: ListJobs first pages of 100 (no filter, a state
 filter, a name prefix) and random pages further in, GetJobStatus of random jobs without and with
-tasks. Every call is timed,
-after a few untimed warm-up calls per kind.
+tasks, and random pages by offset of the SUCCEEDED jobs and of the root jobs (the dashboard's
+job tree). Every call is timed, after a few untimed warm-up calls per kind.
 """
 
 from __future__ import annotations
@@ -224,7 +224,12 @@ def measure(
                 position_page_token(pb.JOB_ORDER_NEWEST, offset, tuple(listing[offset - 1])) if offset else ""
                 for offset in offsets
             ]
+            root_count = sum(1 for job_id in job_ids if job_id.count("/") == 1)
             del listing
+            succeeded_offsets = [
+                rng.randrange(max(1, counts.get(pb.JOB_STATE_SUCCEEDED, 0) - 100)) for _ in range(queries + WARMUP_CALLS)
+            ]
+            root_offsets = [rng.randrange(max(1, root_count - 50)) for _ in range(queries + WARMUP_CALLS)]
 
             def list_jobs(**kwargs) -> Callable[[int], object]:
                 return lambda i: client.list_jobs(pb.ListJobsRequest(page_size=100, **kwargs))
@@ -245,6 +250,14 @@ def measure(
                 ),
                 "ListJobs, a random page of 100 by offset token (the dashboard's page jumps)": lambda i: client.list_jobs(
                     pb.ListJobsRequest(page_size=100, page_token=str(offsets[i]))
+                ),
+                "ListJobs, state SUCCEEDED, a random page of 100 by offset token": lambda i: client.list_jobs(
+                    pb.ListJobsRequest(
+                        page_size=100, states=[pb.JOB_STATE_SUCCEEDED], page_token=str(succeeded_offsets[i])
+                    )
+                ),
+                "ListJobs, root jobs (the dashboard's tree), a random page of 50 by offset token": lambda i: client.list_jobs(
+                    pb.ListJobsRequest(page_size=50, roots_only=True, page_token=str(root_offsets[i]))
                 ),
                 "GetJobStatus, random job": lambda i: client.get_job_status(pb.GetJobStatusRequest(job_id=picks[i])),
                 "GetJobStatus with tasks, random job": lambda i: client.get_job_status(

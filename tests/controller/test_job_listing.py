@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -208,3 +209,43 @@ def test_list_jobs_and_job_status_answer_during_a_write_with_what_was_committed(
 
     assert during == (pb.JOB_STATE_PENDING, ([], 0), (["/gamma"], 1))
     assert after == (pb.JOB_STATE_KILLED, (["/beta_100%"], 1), (["/gamma", "/beta_100%"], 2))
+
+
+def _spread_jobs(store: ControllerStore, count: int) -> list[str]:
+    """Jobs submitted over weeks, in bursts and alone, so that they fall in blocks of every size;
+    every third is a child of the root before it, every fifth is killed."""
+    rng = random.Random(3)
+    names, roots, at = [], [], T0
+    for i in range(count):
+        at += rng.choice([0, 1, 7_000, 20_000, 5_000_000, 2_000_000_000])
+        parent = roots[-1] if roots and i % 3 == 0 else ""
+        name = f"{parent}/job-{i:03d}" if parent else f"/job-{i:03d}"
+        store.create_job(name, _request(name, parent), at)
+        if not parent:
+            roots.append(name)
+        names.append(name)
+    for name in names[::5]:
+        store.terminate_job(name, "stop", at + 1)
+    return names
+
+
+@pytest.mark.parametrize("order", [pb.JOB_ORDER_NEWEST, pb.JOB_ORDER_OLDEST, pb.JOB_ORDER_STATE])
+@pytest.mark.parametrize("states", [[], [pb.JOB_STATE_KILLED], [pb.JOB_STATE_PENDING, pb.JOB_STATE_KILLED]])
+@pytest.mark.parametrize("roots_only", [False, True])
+def test_list_jobs_offset_pages_of_jobs_spread_over_weeks_match_the_whole_listing(
+    tmp_path: Path, order: int, states: list[int], roots_only: bool
+) -> None:
+    store = ControllerStore(tmp_path / "controller.sqlite3")
+    names = _spread_jobs(store, 90)
+    store.delete_job_tree(names[0])
+    store.create_job("/late", _request("/late"), T0)
+    filters = JobFilters(order=order, roots_only=roots_only)
+    whole, total = store.list_jobs(states, "", 1000, 0, filters)
+    listing = [j.job_id for j in whole]
+
+    pages = {offset: store.list_jobs(states, "", 4, offset, filters) for offset in range(total + 2)}
+
+    assert total == len(listing) > 8
+    for offset, (jobs, page_total) in pages.items():
+        assert ([j.job_id for j in jobs], page_total) == (listing[offset : offset + 4], total), offset
+    store.close()

@@ -1742,3 +1742,21 @@ def test_store_schedule_resubmitted_job_of_a_deleted_name_gets_its_pending_reaso
     cluster.schedule()
 
     assert cluster.task(f"{waiting}/0").pending_reason == reason
+
+
+def test_store_scheduling_inputs_leave_healthy_workers_what_their_active_attempts_do_not_hold(cluster):
+    cluster.worker("w-cpu", cpu=4000)
+    cluster.worker("w-tpu", cpu=4000, device=tpu_device("v5litepod-8", 8))
+    cluster.submit("small", cpu=1000, replicas=2)
+    cluster.submit("chips", cpu=500, device=tpu_device("v5litepod-8", 4))
+    cluster.schedule()
+    placed = {t.task_id: t.worker_id for job in ("/small", "/chips") for t in cluster.store.list_tasks(job)}
+    cluster.submit("waiting", cpu=64_000)
+    # Unhealthy, not yet failed: its task still runs there, and it is offered to no new task.
+    cluster.store.record_heartbeat_failure("w-cpu", "connection refused", cluster.tick(), WORKER_TIMEOUT_MS)
+
+    demands, workers = cluster.store.scheduling_inputs()
+
+    assert placed == {"/small/0": "w-cpu", "/small/1": "w-tpu", "/chips/0": "w-tpu"}
+    assert [d.task_id for d in demands] == ["/waiting/0"]
+    assert [(w.worker_id, w.available.cpu_millicores, w.device_free) for w in workers] == [("w-tpu", 2500, 4)]

@@ -208,7 +208,7 @@ class Autoscaler:
         self._observe_slices()
         now = self._clock()
         views = self._slice_views(now)
-        demands, _ = self._store.scheduling_inputs()
+        demands = self._store.pending_demands()
         units = demand_units(demands)
         with self._lock:
             groups = list(self.groups.values())

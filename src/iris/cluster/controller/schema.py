@@ -74,6 +74,62 @@ def _job_changes(conn: sqlite3.Connection) -> None:
     )
 
 
+# The time blocks of `job_blocks`, coarsest first: a block of level L holds the jobs submitted in
+# one span of 2**L ms (about 12 days, 70 minutes, 16 seconds), and holds 2**8 blocks of the next.
+JOB_BLOCK_LEVELS = (30, 22, 14)
+
+
+def _job_blocks(conn: sqlite3.Connection) -> None:
+    """13: how many jobs of each state, root or child, were submitted in each time block, kept
+    exact by triggers in the transaction that changes a job. A ListJobs offset in a time order
+    finds its block by adding up at most a few hundred of these per level, then skips only the
+    jobs of one 16-second block, instead of walking up to half of a million index entries.
+    (A function: the triggers' bodies hold semicolons.)"""
+    conn.execute(
+        "CREATE TABLE job_blocks (level INTEGER NOT NULL, block INTEGER NOT NULL, state INTEGER NOT NULL,"
+        " is_root INTEGER NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (level, block, state, is_root)) WITHOUT ROWID"
+    )
+    # The jobs are read once, for the finest blocks; each coarser level adds up the one below.
+    finest = JOB_BLOCK_LEVELS[-1]
+    conn.execute(
+        "INSERT INTO job_blocks(level, block, state, is_root, n) SELECT ?, submitted_at_ms >> ?, state,"
+        " parent_job_id IS NULL, COUNT(*) FROM jobs GROUP BY 2, 3, 4",
+        (finest, finest),
+    )
+    for finer, level in zip(JOB_BLOCK_LEVELS[:0:-1], JOB_BLOCK_LEVELS[-2::-1], strict=True):
+        conn.execute(
+            "INSERT INTO job_blocks(level, block, state, is_root, n) SELECT ?, block >> ?, state, is_root, SUM(n)"
+            " FROM job_blocks WHERE level = ? GROUP BY 2, 3, 4",
+            (level, level - finer, finer),
+        )
+
+    def add(row: str) -> str:
+        return "; ".join(
+            f"INSERT INTO job_blocks(level, block, state, is_root, n) VALUES ({level},"
+            f" {row}.submitted_at_ms >> {level}, {row}.state, {row}.parent_job_id IS NULL, 1)"
+            " ON CONFLICT(level, block, state, is_root) DO UPDATE SET n = n + 1"
+            for level in JOB_BLOCK_LEVELS
+        )
+
+    def remove(row: str) -> str:
+        return "; ".join(
+            f"UPDATE job_blocks SET n = n - 1 WHERE level = {level} AND block = {row}.submitted_at_ms >> {level}"
+            f" AND state = {row}.state AND is_root = ({row}.parent_job_id IS NULL)"
+            for level in JOB_BLOCK_LEVELS
+        )
+
+    moved = (
+        "OLD.state != NEW.state OR OLD.submitted_at_ms != NEW.submitted_at_ms"
+        " OR (OLD.parent_job_id IS NULL) != (NEW.parent_job_id IS NULL)"
+    )
+    conn.execute(f"CREATE TRIGGER jobs_blocked_insert AFTER INSERT ON jobs BEGIN {add('NEW')}; END")
+    conn.execute(f"CREATE TRIGGER jobs_blocked_delete AFTER DELETE ON jobs BEGIN {remove('OLD')}; END")
+    conn.execute(
+        "CREATE TRIGGER jobs_blocked_update AFTER UPDATE OF state, submitted_at_ms, parent_job_id ON jobs"
+        f" WHEN {moved} BEGIN {remove('OLD')}; {add('NEW')}; END"
+    )
+
+
 MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 1: initial schema
     """
@@ -244,6 +300,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     _job_state_counts,
     # 12: a job change counter, kept by triggers
     _job_changes,
+    # 13: jobs per time block, state and root, kept by triggers
+    _job_blocks,
 ]
 
 

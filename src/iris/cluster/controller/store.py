@@ -140,54 +140,70 @@ class ControllerStore(JobLaunches, StoreReads):
             return self.capacity_epoch, db.execute("SELECT COALESCE(MAX(rowid), 0) FROM tasks").fetchone()[0]
 
     def scheduling_inputs(self, after_row: int = 0) -> tuple[list[TaskDemand], list[WorkerCapacity]]:
-        """Pending tasks in scheduling order (only those created after task row `after_row`),
-        and the capacity each healthy worker has left.
-
-        Order: higher priority first; then by the submission of the job's root, so a running
-        job's children go before jobs submitted after it; then FIFO by job; then task index.
-        """
+        """Pending tasks in scheduling order (only those created after task row `after_row`), and
+        the capacity each healthy worker has left (not read when no task is pending)."""
         with self._read() as db:
-            rows = db.execute(
-                f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
-                f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
-                f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
-                (after_row,),
-            ).fetchall()
-            by_job = self._task_demands_by_job
-            demands = [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
-            if not demands:
-                return [], []
-            committed: dict[str, Resources] = {}
-            devices_used: dict[str, int] = {}
-            for a in db.execute(
-                f"SELECT a.worker_id, a.cpu_millicores, a.memory_bytes, a.disk_bytes, t.job_id FROM attempts a "
-                f"JOIN tasks t ON t.task_id = a.task_id WHERE a.state IN ({ACTIVE_SQL})"
+            demands = self._pending_demands(db, after_row)
+            return demands, self._healthy_capacities(db) if demands else []
+
+    def pending_demands(self) -> list[TaskDemand]:
+        """Every pending task in scheduling order, without the workers' capacities."""
+        with self._read() as db:
+            return self._pending_demands(db, 0)
+
+    def _pending_demands(self, db: sqlite3.Connection, after_row: int) -> list[TaskDemand]:
+        """Order: higher priority first; then by the submission of the job's root, so a running
+        job's children go before jobs submitted after it; then FIFO by job; then task index."""
+        rows = db.execute(
+            f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
+            f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
+            f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
+            (after_row,),
+        ).fetchall()
+        by_job = self._task_demands_by_job
+        return [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
+
+    def _healthy_capacities(self, db: sqlite3.Connection) -> list[WorkerCapacity]:
+        """Each healthy worker's capacity less what its active attempts hold. The attempts are
+        summed by SQLite and only for healthy workers (none at all when no worker is healthy): at a
+        million jobs there are tens of thousands of active attempts, read on every full pass."""
+        healthy = db.execute(
+            f"SELECT worker_id, metadata, registered_at_ms FROM workers "
+            f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
+        ).fetchall()
+        if not healthy:
+            return []
+        # CROSS JOIN keeps the workers outside: each seeks its own attempts in `attempts_worker`.
+        on_healthy = "workers w CROSS JOIN attempts a ON a.worker_id = w.worker_id"
+        active = f"w.state = {pb.WORKER_STATE_HEALTHY} AND a.state IN ({ACTIVE_SQL})"
+        committed = {
+            worker_id: Resources(cpu, memory, disk)
+            for worker_id, cpu, memory, disk in db.execute(
+                f"SELECT a.worker_id, SUM(a.cpu_millicores), SUM(a.memory_bytes), SUM(a.disk_bytes)"
+                f" FROM {on_healthy} WHERE {active} GROUP BY a.worker_id"
+            )
+        }
+        offers = [(w["worker_id"], *self._worker_offer(w)) for w in healthy]
+        devices_used: dict[str, int] = {}
+        if any(device is not None for *_, device in offers):
+            for worker_id, job_id in db.execute(
+                f"SELECT a.worker_id, t.job_id FROM {on_healthy} JOIN tasks t ON t.task_id = a.task_id WHERE {active}"
             ):
-                worker_id = a["worker_id"]
-                committed[worker_id] = committed.get(worker_id, Resources()) + Resources(
-                    a["cpu_millicores"], a["memory_bytes"], a["disk_bytes"]
-                )
-                device = self._demand_template(a["job_id"]).device
+                device = self._demand_template(job_id).device
                 if device is not None:
                     # A whole-host TPU request (count 0) takes every chip: count it as "a lot".
                     devices_used[worker_id] = devices_used.get(worker_id, 0) + (device.count or 1 << 20)
-            workers = []
-            for w in db.execute(
-                f"SELECT worker_id, metadata, registered_at_ms FROM workers "
-                f"WHERE state = {pb.WORKER_STATE_HEALTHY} ORDER BY worker_id"
-            ):
-                total, attributes, device = self._worker_offer(w)
-                workers.append(
-                    WorkerCapacity(
-                        w["worker_id"],
-                        total,
-                        total - committed.get(w["worker_id"], Resources()),
-                        attributes,
-                        device,
-                        max(0, (device.count if device else 0) - devices_used.get(w["worker_id"], 0)),
-                    )
-                )
-        return demands, workers
+        return [
+            WorkerCapacity(
+                worker_id,
+                total,
+                total - committed.get(worker_id, Resources()),
+                attributes,
+                device,
+                max(0, (device.count if device else 0) - devices_used.get(worker_id, 0)),
+            )
+            for worker_id, total, attributes, device in offers
+        ]
 
     def idle_capacities(self) -> list[WorkerCapacity]:
         """Every healthy worker as if it ran nothing: what the cluster could hold at best.

@@ -136,6 +136,10 @@ class StoreBase:
         self._conn.execute("PRAGMA synchronous=NORMAL" if durable else "PRAGMA synchronous=OFF")
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
+        # A write inside a savepoint (every event) copies each page it dirties to a sub-journal,
+        # which SQLite spills to a temporary file past 64 KiB: in a large store a job's creation
+        # dirties about that many pages, and the spill's file writes made it up to twice as slow.
+        self._conn.execute("PRAGMA temp_store=MEMORY")
         self._requests: OrderedDict[str, pb.LaunchJobRequest] = OrderedDict()
         # Scheduling shapes of unfinished jobs, dropped when a job ends.
         self._demand_templates: dict[str, TaskDemand] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris.cluster.controller import render
+from iris.cluster.controller.store_positions import JUMP_ORDERS, count_in_blocks, seek_offset, seek_state_order
 from iris.cluster.controller.store_base import (
     ACTIVE_SQL,
     TERMINAL_JOB_SQL,
@@ -317,22 +318,20 @@ class StoreReads(StoreBase):
             page_where.append(after_sql)
             page_params += after_params
             offset = 0
+        # A selection by state and root flag alone is counted, and in a time order its offsets
+        # found, from the counts the store's triggers keep.
+        by_blocks = not name_prefix and not filters.name_contains and not filters.parent_job_id
         with self._committed() as db:
-            if name_prefix or extra_where:
+            if not by_blocks:
                 total = self._count_jobs(db, clause, params)
+            elif filters.roots_only:
+                total = count_in_blocks(db, state_list, roots_only=True)
             else:
                 total = self._count_in_states(db, state_list)
-            # A page past the middle of the selection is fewer rows from its other end, so it is
-            # read walking the order backwards: no page skips more than half of the selection.
-            backwards = total // 2 < offset < total
-            if backwards:
-                end = total - offset  # where the page ends, counted from the other end
-                offset = max(0, end - limit)
-                limit = end - offset
-            page_sql = self._page_sql(db, filters.order, backwards, page_where, prefix_at, total, offset + limit)
-            rows = db.execute(page_sql, [*page_params, limit, offset]).fetchall()
-            if backwards:
-                rows.reverse()
+            if by_blocks and 0 < offset < total and filters.order in JUMP_ORDERS:
+                rows = self._jump_rows(db, filters, state_list, page_where, page_params, limit, offset)
+            else:
+                rows = self._walk_rows(db, filters.order, page_where, page_params, prefix_at, total, limit, offset)
             ids = [r["job_id"] for r in rows]
             # One query for the page's task counts, and each request from its row, instead of two
             # queries per listed job. (Not the store's request cache: that takes the store's lock.)
@@ -343,6 +342,67 @@ class StoreReads(StoreBase):
             ]
             _count_children(db, jobs)
             return jobs, total
+
+    def _jump_rows(
+        self,
+        db: sqlite3.Connection,
+        filters: JobFilters,
+        states: list[int],
+        where: list[str],
+        params: list[object],
+        limit: int,
+        offset: int,
+    ) -> list[sqlite3.Row]:
+        """The page `offset` rows into a selection by state and root flag, in a time order or the
+        state order: from the edge of the time block that holds its first row, skipping only that
+        block's rows before it. In the state order a page that runs past its first state's jobs
+        continues from the start of the states after it."""
+        order = filters.order
+        if order != pb.JOB_ORDER_STATE:
+            seek = seek_offset(db, order, states, filters.roots_only, offset)
+            if seek is None:
+                return []
+            return self._rows_from(db, order, [*where, seek.condition], [*params, seek.bound], limit, seek.skip)
+        found = seek_state_order(db, states, filters.roots_only, offset)
+        if found is None:
+            return []
+        state, seek = found
+        rows = self._rows_from(
+            db, order, [*where, "state = ?", seek.condition], [*params, state, seek.bound], limit, seek.skip
+        )
+        if len(rows) < limit:
+            rows += self._rows_from(db, order, [*where, "state > ?"], [*params, state], limit - len(rows), 0)
+        return rows
+
+    def _rows_from(
+        self, db: sqlite3.Connection, order: int, where: list[str], params: list[object], limit: int, skip: int
+    ) -> list[sqlite3.Row]:
+        return db.execute(self._page_sql(db, order, False, where, None, 0, 0), [*params, limit, skip]).fetchall()
+
+    def _walk_rows(
+        self,
+        db: sqlite3.Connection,
+        order: int,
+        where: list[str],
+        params: list[object],
+        prefix_at: int | None,
+        total: int,
+        limit: int,
+        offset: int,
+    ) -> list[sqlite3.Row]:
+        """The page `offset` rows into the selection, walking the order's index to it. A page past
+        the middle of the selection is fewer rows from its other end, so it is read walking the
+        order backwards: no page skips more than half of the selection."""
+        backwards = total // 2 < offset < total
+        if backwards:
+            end = total - offset  # where the page ends, counted from the other end
+            offset = max(0, end - limit)
+            limit = end - offset
+        page_sql = self._page_sql(db, order, backwards, where, prefix_at, total, offset + limit)
+        rows = db.execute(page_sql, [*params, limit, offset]).fetchall()
+        if backwards:
+            rows.reverse()
+        return rows
 
     def _page_sql(
         self,
