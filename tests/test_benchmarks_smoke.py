@@ -87,7 +87,10 @@ def test_scheduler_pass_digests_name_each_seed_and_scenario_and_repeat() -> None
 
 def test_store_scale_rows() -> None:
     rows = store_scale.rows(quick=True, with_ray=False, jobs=500)
-    assert len(rows) == 8
+    labels = [row.label for row in rows]
+    assert len(rows) == 10
+    # Every kind of offset jump the dashboard makes: unfiltered, by state, and the root-job tree.
+    assert sum("by offset token" in label for label in labels) == 3
     for row in rows:
         assert len(row.iris) == 100 and all(t > 0 for t in row.iris)
         assert row.targets[0].stat == "p99"
