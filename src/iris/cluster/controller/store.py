@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from iris.cluster.controller import reconcile
 from iris.cluster.controller.dispatch import run_request
 from iris.cluster.controller.feasibility import demand_from_request
+from iris.cluster.controller.pending_order import OrderKey
 from iris.cluster.controller.reconcile import (
     ACTIVE_ATTEMPT_STATES,
     FAILURE_LOG_LINES,
@@ -114,6 +115,7 @@ class ControllerStore(JobLaunches, StoreReads):
             self._requests.pop(job_id, None)
             self._forget_job_shape(job_id)
             self.capacity_epoch += 1  # a new task may now reuse a deleted task's row number
+            self._pending_order.lose()
 
     # ------------------------------------------------------------ scheduling
 
@@ -152,16 +154,34 @@ class ControllerStore(JobLaunches, StoreReads):
             return self._pending_demands(db, 0)
 
     def _pending_demands(self, db: sqlite3.Connection, after_row: int) -> list[TaskDemand]:
-        """Order: higher priority first; then by the submission of the job's root, so a running
+        """Every pending task in order, or only those created after task row `after_row`."""
+        if after_row:
+            return self._read_pending(db, after_row)[1]
+        through_row = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM tasks").fetchone()[0]
+        order = self._pending_order
+        if order.through_row is None:
+            order.reset(*self._read_pending(db, 0), through_row)
+        else:
+            order.advance(*self._read_pending(db, order.through_row), through_row)
+        return order.demands()
+
+    def _read_pending(self, db: sqlite3.Connection, after_row: int) -> tuple[list[OrderKey], list[TaskDemand]]:
+        """Pending tasks created after task row `after_row` in scheduling order, with their order
+        keys. Order: higher priority first; then by the submission of the job's root, so a running
         job's children go before jobs submitted after it; then FIFO by job; then task index."""
         rows = db.execute(
-            f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
-            f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
-            f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
+            f"SELECT t.job_id, t.task_index, j.priority, j.root_submitted_at_ms, j.submitted_at_ms"
+            f" FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+            f" WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ?"
+            f" ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
             (after_row,),
         ).fetchall()
         by_job = self._task_demands_by_job
-        return [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
+        keys = [
+            (-priority, root_ms, submitted_ms, job_id, index)
+            for job_id, index, priority, root_ms, submitted_ms in rows
+        ]
+        return keys, [(by_job.get(job_id) or self._task_demands(job_id))[index] for *_, job_id, index in keys]
 
     def _healthy_capacities(self, db: sqlite3.Connection) -> list[WorkerCapacity]:
         """Each healthy worker's capacity less what its active attempts hold. The attempts are

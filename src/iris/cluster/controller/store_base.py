@@ -22,6 +22,7 @@ from pathlib import Path
 
 from iris import chaos
 from iris.cluster.controller import job_tree, reconcile, render
+from iris.cluster.controller.pending_order import PendingOrder
 from iris.cluster.controller.reconcile import (
     ACTIVE_ATTEMPT_STATES,
     AttemptChange,
@@ -145,6 +146,7 @@ class StoreBase:
         self._demand_templates: dict[str, TaskDemand] = {}
         self._task_demands_by_job: dict[str, list[TaskDemand]] = {}
         self._scheduling_timeouts: dict[str, int] = {}
+        self._pending_order = PendingOrder()
         # Bumped whenever tasks that did not fit before may fit now (an attempt ended, a worker
         # came, went or changed, a task went back to pending, a job was deleted): while it stays
         # the same, a scheduling pass need only try the tasks submitted since the last one.
@@ -189,11 +191,16 @@ class StoreBase:
                 self._flush_transitions()
             except BaseException:
                 self._transition_rows.clear()
+                self._pending_order.lose()
                 self._conn.execute("ROLLBACK")
                 raise
             finally:
                 self._event = self._event_id = None
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._pending_order.lose()
+                raise
 
     @contextmanager
     def _event_within(self, event: str, subject: str) -> Iterator[sqlite3.Connection]:
@@ -208,6 +215,7 @@ class StoreBase:
             self._flush_transitions()
         except BaseException:
             self._transition_rows.clear()
+            self._pending_order.lose()
             self._conn.execute("ROLLBACK TO event")
             raise
         finally:
@@ -275,6 +283,10 @@ class StoreBase:
             self._transition_rows.append((kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)))
         if kind == "task":
             self._written_reasons.pop(entity_id, None)
+            if old != new and old == pb.TASK_STATE_PENDING:
+                self._pending_order.left_pending(entity_id)
+            elif old != new and new == pb.TASK_STATE_PENDING:
+                self._pending_order.lose()  # a retry's place may be anywhere in the order
         if kind == "job" and old != new:
             self.on_job_state_change(entity_id)
         table, key_columns = _ENTITIES[kind]
