@@ -109,7 +109,7 @@ class ControllerStore(JobLaunches, StoreReads):
             )
         for table in ("tasks", "task_logs", "endpoints", "jobs"):
             db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
-        self.on_job_state_change(job_id)
+        self.on_job_state_change(job_id, None)
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:
             self._requests.pop(job_id, None)

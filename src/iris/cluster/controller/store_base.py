@@ -160,9 +160,10 @@ class StoreBase:
         # Healthy workers' capacities for the submit-time feasibility check; dropped when a
         # worker changes state or registers again (its offer may have changed).
         self._idle_capacities: list[WorkerCapacity] | None = None
-        # Called with a job's id, on the writing thread and inside its transaction, when the job
-        # changes state or is deleted; the controller wakes the callers waiting for that.
-        self.on_job_state_change: Callable[[str], None] = lambda job_id: None
+        # Called with a job's id and new state (None: deleted), on the writing thread and inside
+        # its transaction, when the job changes state or is deleted; the controller wakes the
+        # callers waiting for that.
+        self.on_job_state_change: Callable[[str, int | None], None] = lambda job_id, state: None
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         # History rows of the event being written, inserted together when it ends (or before
@@ -288,7 +289,7 @@ class StoreBase:
             elif old != new and new == pb.TASK_STATE_PENDING:
                 self._pending_order.lose()  # a retry's place may be anywhere in the order
         if kind == "job" and old != new:
-            self.on_job_state_change(entity_id)
+            self.on_job_state_change(entity_id, new)
         table, key_columns = _ENTITIES[kind]
         assignments, params = ["state=?"], [new]
         for column, value in columns.items():
