@@ -43,6 +43,9 @@ from iris.rpc import cluster_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
+# Distinct task shapes whose objects jobs share (see `_with_shared_shape`).
+MAX_SHARED_SHAPES = 1024
+
 
 from iris.cluster.controller.store_base import (
     ACTIVE_SQL,
@@ -124,9 +127,21 @@ class ControllerStore(JobLaunches, StoreReads):
         requests never change)."""
         template = self._demand_templates.get(job_id)
         if template is None:
-            template = demand_from_request(job_id, self.request_for(job_id))
+            template = self._with_shared_shape(demand_from_request(job_id, self.request_for(job_id)))
             self._demand_templates[job_id] = template
         return template
+
+    def _with_shared_shape(self, template: TaskDemand) -> TaskDemand:
+        """The template with the resources, device and constraints objects of any other job of the
+        same shape: the scheduler takes consecutive tasks sharing those objects as one run, so a
+        backlog of one-task jobs of one shape is one step of a pass, not one per job."""
+        shape = template.shape()
+        shared = self._shared_shapes.get(shape)
+        if shared is None:
+            if len(self._shared_shapes) >= MAX_SHARED_SHAPES:
+                self._shared_shapes.clear()  # sharing is an optimisation: later jobs start afresh
+            shared = self._shared_shapes[shape] = shape
+        return TaskDemand(template.task_id, template.job_id, *shared, template.gang_group_by)
 
     def _task_demands(self, job_id: str) -> list[TaskDemand]:
         """A live job's demand per task index, kept with its template for every pass to reuse."""

@@ -147,6 +147,8 @@ class StoreBase:
         self._task_demands_by_job: dict[str, list[TaskDemand]] = {}
         self._scheduling_timeouts: dict[str, int] = {}
         self._pending_order = PendingOrder()
+        # (resources, device, constraints) -> the one set of those objects jobs of that shape share
+        self._shared_shapes: dict[tuple, tuple] = {}
         # Bumped whenever tasks that did not fit before may fit now (an attempt ended, a worker
         # came, went or changed, a task went back to pending, a job was deleted): while it stays
         # the same, a scheduling pass need only try the tasks submitted since the last one.
