@@ -183,7 +183,7 @@ def test_list_jobs_offset_pages_past_the_middle_match_the_whole_listing(
 def test_list_jobs_and_job_status_answer_during_a_write_with_what_was_committed(store: ControllerStore) -> None:
     inside_write, finish_write = threading.Event(), threading.Event()
 
-    def pause_inside_the_write(job_id: str) -> None:
+    def pause_inside_the_write(job_id: str, state: int | None) -> None:
         inside_write.set()
         assert finish_write.wait(10)
 

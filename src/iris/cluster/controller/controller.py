@@ -240,7 +240,7 @@ class Controller:
         the job has finished), or after `wait_ms` (at most MAX_STATUS_WAIT_MS) with neither."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait_ms, MAX_STATUS_WAIT_MS) / 1000
-        with self.job_watch.watching(job_id) as changed:
+        with self.job_watch.watching(job_id, until_finished) as changed:
             while True:
                 changed.clear()  # before reading: a change after the read sets it again
                 status = self.store.job_status(job_id, include_tasks)

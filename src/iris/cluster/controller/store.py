@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from iris.cluster.controller import reconcile
 from iris.cluster.controller.dispatch import run_request
 from iris.cluster.controller.feasibility import demand_from_request
+from iris.cluster.controller.pending_order import OrderKey
 from iris.cluster.controller.reconcile import (
     ACTIVE_ATTEMPT_STATES,
     FAILURE_LOG_LINES,
@@ -41,6 +42,9 @@ from iris.cluster.types import (
 from iris.rpc import cluster_pb2 as pb
 
 logger = logging.getLogger(__name__)
+
+# Distinct task shapes whose objects jobs share (see `_with_shared_shape`).
+MAX_SHARED_SHAPES = 1024
 
 
 from iris.cluster.controller.store_base import (
@@ -108,12 +112,13 @@ class ControllerStore(JobLaunches, StoreReads):
             )
         for table in ("tasks", "task_logs", "endpoints", "jobs"):
             db.execute(f"DELETE FROM {table} WHERE job_id=?", (job_id,))
-        self.on_job_state_change(job_id)
+        self.on_job_state_change(job_id, None)
         db.execute("DELETE FROM transitions WHERE kind='job' AND entity_id=?", (job_id,))
         with self._lock:
             self._requests.pop(job_id, None)
             self._forget_job_shape(job_id)
             self.capacity_epoch += 1  # a new task may now reuse a deleted task's row number
+            self._pending_order.lose()
 
     # ------------------------------------------------------------ scheduling
 
@@ -122,9 +127,21 @@ class ControllerStore(JobLaunches, StoreReads):
         requests never change)."""
         template = self._demand_templates.get(job_id)
         if template is None:
-            template = demand_from_request(job_id, self.request_for(job_id))
+            template = self._with_shared_shape(demand_from_request(job_id, self.request_for(job_id)))
             self._demand_templates[job_id] = template
         return template
+
+    def _with_shared_shape(self, template: TaskDemand) -> TaskDemand:
+        """The template with the resources, device and constraints objects of any other job of the
+        same shape: the scheduler takes consecutive tasks sharing those objects as one run, so a
+        backlog of one-task jobs of one shape is one step of a pass, not one per job."""
+        shape = template.shape()
+        shared = self._shared_shapes.get(shape)
+        if shared is None:
+            if len(self._shared_shapes) >= MAX_SHARED_SHAPES:
+                self._shared_shapes.clear()  # sharing is an optimisation: later jobs start afresh
+            shared = self._shared_shapes[shape] = shape
+        return TaskDemand(template.task_id, template.job_id, *shared, template.gang_group_by)
 
     def _task_demands(self, job_id: str) -> list[TaskDemand]:
         """A live job's demand per task index, kept with its template for every pass to reuse."""
@@ -152,16 +169,34 @@ class ControllerStore(JobLaunches, StoreReads):
             return self._pending_demands(db, 0)
 
     def _pending_demands(self, db: sqlite3.Connection, after_row: int) -> list[TaskDemand]:
-        """Order: higher priority first; then by the submission of the job's root, so a running
+        """Every pending task in order, or only those created after task row `after_row`."""
+        if after_row:
+            return self._read_pending(db, after_row)[1]
+        through_row = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM tasks").fetchone()[0]
+        order = self._pending_order
+        if order.through_row is None:
+            order.reset(*self._read_pending(db, 0), through_row)
+        else:
+            order.advance(*self._read_pending(db, order.through_row), through_row)
+        return order.demands()
+
+    def _read_pending(self, db: sqlite3.Connection, after_row: int) -> tuple[list[OrderKey], list[TaskDemand]]:
+        """Pending tasks created after task row `after_row` in scheduling order, with their order
+        keys. Order: higher priority first; then by the submission of the job's root, so a running
         job's children go before jobs submitted after it; then FIFO by job; then task index."""
         rows = db.execute(
-            f"SELECT t.job_id, t.task_index FROM tasks t JOIN jobs j ON j.job_id = t.job_id "
-            f"WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ? "
-            f"ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
+            f"SELECT t.job_id, t.task_index, j.priority, j.root_submitted_at_ms, j.submitted_at_ms"
+            f" FROM tasks t JOIN jobs j ON j.job_id = t.job_id"
+            f" WHERE t.state = {pb.TASK_STATE_PENDING} AND t.rowid > ?"
+            f" ORDER BY j.priority DESC, j.root_submitted_at_ms, j.submitted_at_ms, t.job_id, t.task_index",
             (after_row,),
         ).fetchall()
         by_job = self._task_demands_by_job
-        return [(by_job.get(job_id) or self._task_demands(job_id))[index] for job_id, index in rows]
+        keys = [
+            (-priority, root_ms, submitted_ms, job_id, index)
+            for job_id, index, priority, root_ms, submitted_ms in rows
+        ]
+        return keys, [(by_job.get(job_id) or self._task_demands(job_id))[index] for *_, job_id, index in keys]
 
     def _healthy_capacities(self, db: sqlite3.Connection) -> list[WorkerCapacity]:
         """Each healthy worker's capacity less what its active attempts hold. The attempts are

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from iris import chaos
 from iris.cluster.controller import job_tree, reconcile, render
+from iris.cluster.controller.pending_order import PendingOrder
 from iris.cluster.controller.reconcile import (
     ACTIVE_ATTEMPT_STATES,
     AttemptChange,
@@ -145,6 +146,9 @@ class StoreBase:
         self._demand_templates: dict[str, TaskDemand] = {}
         self._task_demands_by_job: dict[str, list[TaskDemand]] = {}
         self._scheduling_timeouts: dict[str, int] = {}
+        self._pending_order = PendingOrder()
+        # (resources, device, constraints) -> the one set of those objects jobs of that shape share
+        self._shared_shapes: dict[tuple, tuple] = {}
         # Bumped whenever tasks that did not fit before may fit now (an attempt ended, a worker
         # came, went or changed, a task went back to pending, a job was deleted): while it stays
         # the same, a scheduling pass need only try the tasks submitted since the last one.
@@ -158,9 +162,10 @@ class StoreBase:
         # Healthy workers' capacities for the submit-time feasibility check; dropped when a
         # worker changes state or registers again (its offer may have changed).
         self._idle_capacities: list[WorkerCapacity] | None = None
-        # Called with a job's id, on the writing thread and inside its transaction, when the job
-        # changes state or is deleted; the controller wakes the callers waiting for that.
-        self.on_job_state_change: Callable[[str], None] = lambda job_id: None
+        # Called with a job's id and new state (None: deleted), on the writing thread and inside
+        # its transaction, when the job changes state or is deleted; the controller wakes the
+        # callers waiting for that.
+        self.on_job_state_change: Callable[[str, int | None], None] = lambda job_id, state: None
         self._event: tuple[str, str] | None = None
         self._event_id: int | None = None
         # History rows of the event being written, inserted together when it ends (or before
@@ -189,11 +194,16 @@ class StoreBase:
                 self._flush_transitions()
             except BaseException:
                 self._transition_rows.clear()
+                self._pending_order.lose()
                 self._conn.execute("ROLLBACK")
                 raise
             finally:
                 self._event = self._event_id = None
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._pending_order.lose()
+                raise
 
     @contextmanager
     def _event_within(self, event: str, subject: str) -> Iterator[sqlite3.Connection]:
@@ -208,6 +218,7 @@ class StoreBase:
             self._flush_transitions()
         except BaseException:
             self._transition_rows.clear()
+            self._pending_order.lose()
             self._conn.execute("ROLLBACK TO event")
             raise
         finally:
@@ -275,8 +286,12 @@ class StoreBase:
             self._transition_rows.append((kind, entity_id, old, new, reason, now_ms, self._cause(now_ms)))
         if kind == "task":
             self._written_reasons.pop(entity_id, None)
+            if old != new and old == pb.TASK_STATE_PENDING:
+                self._pending_order.left_pending(entity_id)
+            elif old != new and new == pb.TASK_STATE_PENDING:
+                self._pending_order.lose()  # a retry's place may be anywhere in the order
         if kind == "job" and old != new:
-            self.on_job_state_change(entity_id)
+            self.on_job_state_change(entity_id, new)
         table, key_columns = _ENTITIES[kind]
         assignments, params = ["state=?"], [new]
         for column, value in columns.items():
