@@ -17,7 +17,6 @@ connection (the server had not read it: it closes only connections with nothing 
 from __future__ import annotations
 
 import gzip
-import json
 import socket
 import ssl
 import threading
@@ -27,13 +26,13 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import httptools
-from connectrpc._protocol import ConnectWireError
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
+from iris.rpc.connect_errors import error_of_answer
 from iris.rpc.method_names import python_name
 
 _RECV_BYTES = 256 * 1024
@@ -201,15 +200,7 @@ def _decoded(answer: _Answer, answer_class: type[Message]) -> Message:
         raise ConnectError(Code.INTERNAL, f"unknown encoding '{encoding}'; accepted encodings are gzip")
     content_type = answer.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if status != 200:
-        if content_type != "application/json":
-            raise ConnectWireError.from_http_status(status).to_exception()
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            raise ConnectWireError.from_dict(data, status, Code.UNAVAILABLE).to_exception()
-        raise ConnectWireError.from_http_status(status).to_exception()
+        raise error_of_answer(status, body)
     if content_type != "application/proto":
         raise ConnectError(
             Code.UNKNOWN, f"invalid content-type: '{content_type}'; expecting 'application/proto'"

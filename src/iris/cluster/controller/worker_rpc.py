@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import math
 from collections import deque
 from collections.abc import Callable
@@ -25,11 +24,11 @@ from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
-from connectrpc._protocol import ConnectWireError
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris.rpc import cluster_pb2 as pb
+from iris.rpc.connect_errors import error_of_answer
 
 HEARTBEAT_PATH = "/iris.cluster.WorkerService/Heartbeat"
 
@@ -332,10 +331,4 @@ def _decode_answer(status: int, headers: dict[bytes, bytes], content: bytes) -> 
         except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and its C twin
             raise ConnectError(Code.INTERNAL, f"the worker's answer is no HeartbeatResponse: {exc}") from None
         return response
-    try:
-        data = json.loads(content)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        raise ConnectWireError.from_dict(data, status, Code.UNAVAILABLE).to_exception()
-    raise ConnectWireError.from_http_status(status).to_exception()
+    raise error_of_answer(status, content)
