@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import heapq
 import importlib.util
 import itertools
@@ -116,8 +117,8 @@ def _base_env() -> dict[str, str]:
 CONTAINER_MARKER_ENV = "IRIS_PROCESS_CONTAINER_ID"
 
 
-def _container_env(config: ContainerConfig, container_id: str) -> dict[str, str]:
-    env = {**_base_env(), **config.env, CONTAINER_MARKER_ENV: container_id}
+def _container_env(base_env: dict[str, str], config: ContainerConfig, container_id: str) -> dict[str, str]:
+    env = {**base_env, **config.env, CONTAINER_MARKER_ENV: container_id}
     if config.pip_packages:
         packages = str(config.workdir / PACKAGES_DIRNAME)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (packages, config.env.get("PYTHONPATH", "")) if p)
@@ -284,6 +285,25 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _create_time(pid: int) -> float:
+    """What psutil.Process(pid).create_time() returns, from one read of /proc/<pid>/stat: psutil
+    also reads /proc/stat for the boot time on every call, which the kernel assembles from every
+    CPU's counters."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        line = stat.read()
+    # Field 22, starttime, counted after "(comm)", which may hold spaces and parentheses.
+    start_ticks = int(line[line.rfind(b")") + 2 :].split(b" ", 20)[19])
+    return start_ticks / _CLOCK_TICKS + _boot_time()
+
+
+@functools.cache
+def _boot_time() -> float:
+    return psutil.boot_time()
+
+
 def _describe_exit(returncode: int) -> tuple[int, str]:
     if returncode < 0:
         signum = -returncode
@@ -390,13 +410,14 @@ class ProcessContainerHandle:
         config: ContainerConfig,
         container_id: str,
         record_dir: Path,
+        base_env: dict[str, str],
         on_cleanup: Callable[[str], None],
     ) -> None:
         self.container_id = container_id
         self._config = config
         self._record_dir = record_dir
         self._on_cleanup = on_cleanup
-        self._env = _container_env(config, container_id)
+        self._env = _container_env(base_env, config, container_id)
         self._lock = threading.Lock()
         # Held while signalling or reaping, so a signal never reaches a recycled pid/pgid: the
         # group leader stays a zombie (pid reserved) until the whole group has been killed.
@@ -556,7 +577,7 @@ class ProcessContainerHandle:
             preexec_fn=preexec,
         )
         # The child cannot be reaped before the loop runs, so its /proc entry is still there.
-        create_time = psutil.Process(proc.pid).create_time()
+        create_time = _create_time(proc.pid)
         current = _Supervised(proc, loop, create_time, deadline, is_command=not merge_output)
         pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
         for pipe, source in zip(pipes, sources, strict=True):
@@ -802,6 +823,8 @@ class ProcessRuntime:
     def __init__(self, state_dir: Path) -> None:
         self._containers_dir = state_dir / "containers"
         self._containers_dir.mkdir(parents=True, exist_ok=True)
+        # Read once: walking the whole of os.environ cost about a tenth of a trivial attempt's CPU.
+        self._base_env = _base_env()
         self._lock = threading.Lock()
         self._live: set[str] = set()
 
@@ -813,7 +836,7 @@ class ProcessRuntime:
         record_dir.mkdir()
         with self._lock:
             self._live.add(container_id)
-        return ProcessContainerHandle(config, container_id, record_dir, on_cleanup=self._forget)
+        return ProcessContainerHandle(config, container_id, record_dir, self._base_env, on_cleanup=self._forget)
 
     def remove_leftovers(self) -> int:
         """Kill and delete every container recorded in state_dir that this instance did not create.
