@@ -5,12 +5,14 @@ host's network and filesystem. The runtime enforces the memory limit (by samplin
 process tree) and the timeout itself; cpu_millicores, disk_bytes, image and accelerator fields
 are not enforced because there is nothing to isolate them with.
 
-State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
-labels, written once a process was forked) lets a later worker process find and kill what this
-one left running, next to `stdout.log`, `stderr.log` and `build.log` (each created with its first
-line). The directory is created before anything is forked, and every process of a container
-carries its id in the environment (CONTAINER_MARKER_ENV), so a worker killed between fork and
-recording the pid still leaves processes a later one can find.
+State lives in `<state_dir>/containers/`, in files named after the container: `<id>.json`
+(pid, create time, labels, written once a process was forked) lets a later worker process find
+and kill what this one left running, next to `<id>.stdout.log`, `<id>.stderr.log` and
+`<id>.build.log` (each created with its first line). The record file is created, empty, before
+anything is forked, and every process of a container carries its id in the environment
+(CONTAINER_MARKER_ENV), so a worker killed between fork and recording the pid still leaves
+processes a later one can find. No directory per container: creating and removing one was most
+of the runtime's file-system cost for a task that prints nothing.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ _MAX_LINE_BYTES = 64 * 1024
 _CREATE_TIME_TOLERANCE_SECONDS = 0.05
 _MIB = 1024 * 1024
 
-_META_FILE = "meta.json"
+_RECORD_SUFFIX = ".json"
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -125,8 +127,12 @@ def _container_env(base_env: dict[str, str], config: ContainerConfig, container_
     return env
 
 
-def _log_file_name(source: LogSource) -> str:
-    return f"{source}.log"
+def _record_path(containers_dir: Path, container_id: str) -> Path:
+    return containers_dir / f"{container_id}{_RECORD_SUFFIX}"
+
+
+def _log_path(containers_dir: Path, container_id: str, source: LogSource) -> Path:
+    return containers_dir / f"{container_id}.{source}.log"
 
 
 def _container_id(config: ContainerConfig) -> str:
@@ -409,13 +415,13 @@ class ProcessContainerHandle:
         self,
         config: ContainerConfig,
         container_id: str,
-        record_dir: Path,
+        containers_dir: Path,
         base_env: dict[str, str],
         on_cleanup: Callable[[str], None],
     ) -> None:
         self.container_id = container_id
         self._config = config
-        self._record_dir = record_dir
+        self._containers_dir = containers_dir
         self._on_cleanup = on_cleanup
         self._env = _container_env(base_env, config, container_id)
         self._lock = threading.Lock()
@@ -536,7 +542,7 @@ class ProcessContainerHandle:
 
     def cleanup(self) -> None:
         self.kill(grace_seconds=0)
-        _remove_record_dir(self._record_dir)
+        _remove_record(self._containers_dir, self.container_id)
         self._on_cleanup(self.container_id)
 
     # -- processes ------------------------------------------------------------------------------
@@ -582,7 +588,7 @@ class ProcessContainerHandle:
         pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
         for pipe, source in zip(pipes, sources, strict=True):
             assert pipe is not None
-            watched = _Pipe(pipe, source, self._record_dir / _log_file_name(source))
+            watched = _Pipe(pipe, source, _log_path(self._containers_dir, self.container_id, source))
             current.pipes[watched.fd] = watched
             loop.watch(watched.fd, lambda w=watched: self._read(current, w))
         pidfd = os.pidfd_open(proc.pid)
@@ -755,26 +761,25 @@ class ProcessContainerHandle:
             "pid": pid,
             "create_time": create_time,
         }
-        tmp = self._record_dir / f"{_META_FILE}.tmp"
-        tmp.write_text(json.dumps(record))
-        target = self._record_dir / _META_FILE
-        # Renaming onto an existing file makes ext4 write the new file's data out first
-        # (auto_da_alloc), which doubled the CPU of recording the pid. A record briefly missing
-        # is one whose pid was not recorded yet: remove_leftovers finds its processes by marker.
-        target.unlink(missing_ok=True)
-        os.rename(tmp, target)
+        data = json.dumps(record).encode()
+        # Overwritten in place, never renamed onto or truncated to nothing (ext4 then writes the
+        # data out first, which doubled the CPU of recording the pid): a record read half-written
+        # is one whose pid was not recorded yet, and remove_leftovers finds its processes by marker.
+        fd = os.open(_record_path(self._containers_dir, self.container_id), os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
 
-def _remove_record_dir(record_dir: Path) -> None:
-    """Delete a container's record: unlinking the files it can hold costs half of rmtree's walk."""
-    for name in (_META_FILE, *(_log_file_name(source) for source in get_args(LogSource))):
-        with contextlib.suppress(OSError):
-            os.unlink(record_dir / name)
-    try:
-        os.rmdir(record_dir)
-    except OSError:
-        # Something else in it (the meta.json.tmp of a worker killed while writing): walk it.
-        shutil.rmtree(record_dir, ignore_errors=True)
+def _remove_record(containers_dir: Path, container_id: str) -> None:
+    """Delete a container's files, its record last: logs are only ever created after it."""
+    for source in get_args(LogSource):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_log_path(containers_dir, container_id, source))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_record_path(containers_dir, container_id))
 
 
 def _kill_leftover_group(pid: int, create_time: float) -> None:
@@ -832,11 +837,14 @@ class ProcessRuntime:
         if not config.workdir.is_dir():
             raise ContainerError(f"workdir {config.workdir} does not exist")
         container_id = _container_id(config)
-        record_dir = self._containers_dir / container_id
-        record_dir.mkdir()
+        # Exclusive: a container id is used once.
+        record = _record_path(self._containers_dir, container_id)
+        os.close(os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         with self._lock:
             self._live.add(container_id)
-        return ProcessContainerHandle(config, container_id, record_dir, self._base_env, on_cleanup=self._forget)
+        return ProcessContainerHandle(
+            config, container_id, self._containers_dir, self._base_env, on_cleanup=self._forget
+        )
 
     def remove_leftovers(self) -> int:
         """Kill and delete every container recorded in state_dir that this instance did not create.
@@ -845,22 +853,23 @@ class ProcessRuntime:
         """
         with self._lock:
             live = set(self._live)
-        leftovers: list[Path] = []
-        for record_dir in sorted(self._containers_dir.iterdir()):
-            if record_dir.name in live or not record_dir.is_dir():
-                continue
+        leftovers: list[str] = []
+        for name in sorted(os.listdir(self._containers_dir)):
+            container_id = name.removesuffix(_RECORD_SUFFIX)
+            if container_id == name or container_id in live:
+                continue  # a log, which its record's removal takes along, or one of ours
             try:
-                meta = json.loads((record_dir / _META_FILE).read_text())
+                meta = json.loads(_record_path(self._containers_dir, container_id).read_bytes())
             except (OSError, ValueError):
-                meta = {}
+                meta = {}  # empty or half-written: the pid was never recorded
             if meta.get("pid") is not None and meta.get("create_time") is not None:
                 _kill_leftover_group(meta["pid"], meta["create_time"])
-            leftovers.append(record_dir)
+            leftovers.append(container_id)
         # Also processes of a container whose pid was never recorded (the worker died right after
         # forking) and any that left its process group.
-        _kill_marked_processes({record_dir.name for record_dir in leftovers})
-        for record_dir in leftovers:
-            _remove_record_dir(record_dir)
+        _kill_marked_processes(set(leftovers))
+        for container_id in leftovers:
+            _remove_record(self._containers_dir, container_id)
         return len(leftovers)
 
     def _forget(self, container_id: str) -> None:
