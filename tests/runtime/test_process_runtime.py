@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import psutil
@@ -85,6 +86,24 @@ def test_process_cleanup_after_output_on_every_stream_removes_all_files(
     handle.cleanup()
 
     assert list(containers_dir.iterdir()) == []
+
+
+def _monitor_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == "process-monitor"}
+
+
+def test_process_containers_one_after_another_share_a_monitor_thread(create_container: CreateContainer) -> None:
+    idle_before = _monitor_threads()
+    for _ in range(3):
+        handle = create_container(py("print('ran')"))
+        handle.run()
+        assert handle.wait(timeout=30).exit_code == 0
+        handle.cleanup()
+
+    # The thread that watched the last one waits, idle, for the next container.
+    idle_after = _monitor_threads()
+    assert idle_after
+    assert len(idle_after - idle_before) <= 1
 
 
 def test_process_logs_are_appended_to_state_files(create_container: CreateContainer, tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ from typing import IO, NoReturn, get_args
 
 import psutil
 
+from iris.cluster.reused_threads import ReusedThreads
 from iris.cluster.runtime import task_launcher
 from iris.cluster.runtime.types import (
     BuildFailedError,
@@ -410,6 +411,11 @@ class _ProcessLoop:
             self._selector.close()
 
 
+# A thread runs one process's loop until the process was reaped, and only then the next one's:
+# PR_SET_PDEATHSIG fires when the forking thread ends, and an idle thread has no child left.
+_MONITOR_THREADS = ReusedThreads("process-monitor")
+
+
 class ProcessContainerHandle:
     def __init__(
         self,
@@ -478,12 +484,7 @@ class ProcessContainerHandle:
             self._status.phase = ContainerPhase.RUNNING
         started = threading.Event()
         spawn_errors: list[Exception] = []
-        threading.Thread(
-            target=self._monitor,
-            args=(started, spawn_errors),
-            name=f"monitor-{self.container_id}",
-            daemon=True,
-        ).start()
+        _MONITOR_THREADS.run(lambda: self._monitor(started, spawn_errors))
         started.wait()
         if spawn_errors:
             raise ContainerError(self._status.error) from spawn_errors[0]

@@ -29,7 +29,7 @@ from iris.cluster.runtime.types import (
     managed_labels,
 )
 from iris.cluster.worker.bundle_cache import BundleCache
-from iris.cluster.worker.reused_threads import ReusedThreads
+from iris.cluster.reused_threads import ReusedThreads
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError, StorageNotFoundError
