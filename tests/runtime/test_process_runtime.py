@@ -65,13 +65,11 @@ def test_process_cleanup_kills_process_and_removes_state(
     )
     handle.run()
     container = read_pid(workdir / "container.pid")
-    containers_dir = tmp_path / "state" / "containers"
-    assert (containers_dir / f"{handle.container_id}.json").exists()
 
     handle.cleanup()
 
     poll_until(lambda: not is_alive(container), "container process to die")
-    assert list(containers_dir.iterdir()) == []
+    assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 0
 
 
 def test_process_cleanup_after_output_on_every_stream_removes_all_files(
@@ -81,11 +79,12 @@ def test_process_cleanup_after_output_on_every_stream_removes_all_files(
     handle.run()
     handle.wait(timeout=30)
     containers_dir = tmp_path / "state" / "containers"
-    assert len(list(containers_dir.iterdir())) == 3
+    assert len(list(containers_dir.glob("*.log"))) == 2
 
     handle.cleanup()
 
-    assert list(containers_dir.iterdir()) == []
+    assert list(containers_dir.glob("*.log")) == []
+    assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 0
 
 
 def _monitor_threads() -> set[threading.Thread]:
@@ -269,9 +268,9 @@ def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
             worker.send_signal(signal.SIGKILL)
             worker.wait()
             # What a worker killed between fork and recording the pid leaves behind.
-            (meta_path,) = (tmp_path / "state" / "containers").glob("*.json")
-            meta = json.loads(meta_path.read_text())
-            meta_path.write_text(json.dumps({**meta, "pid": None, "create_time": None}))
+            (journal,) = (tmp_path / "state" / "containers").glob("*.journal")
+            records = [json.loads(line) for line in journal.read_text().splitlines()]
+            journal.write_text("".join(json.dumps(r) + "\n" for r in records if "pid" not in r))
             assert is_alive(grandchild)
 
             assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
@@ -282,13 +281,13 @@ def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
 
 
 def test_process_remove_leftovers_record_without_meta_kills_marked_process(tmp_path: Path) -> None:
-    """What a worker killed after creating a container's record and before writing its pid
-    leaves behind: an empty record, and processes carrying the container's id."""
+    """What a worker killed after recording a container and while writing its pid leaves
+    behind: the container's first line, a torn one, and processes carrying the container's id."""
     container_id = "iris-unrecorded-0-deadbeef"
     containers_dir = tmp_path / "state" / "containers"
     containers_dir.mkdir(parents=True)
-    record = containers_dir / f"{container_id}.json"
-    record.touch()
+    record = containers_dir / "0123.journal"
+    record.write_text(f'{{"id": "{container_id}"}}\n{{"id": "{container_id}", "pi')
     orphan = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"],
         env={**os.environ, process.CONTAINER_MARKER_ENV: container_id},
@@ -312,11 +311,10 @@ def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, wor
     try:
         containers_dir = tmp_path / "state" / "containers"
         containers_dir.mkdir(parents=True)
-        record = containers_dir / "iris-recycled-0-deadbeef.json"
+        record = containers_dir / "0123.journal"
         created = psutil.Process(bystander.pid).create_time()
         record.write_text(
-            '{"container_id": "iris-recycled-0-deadbeef", "labels": {"iris.managed": "true"}, '
-            f'"pid": {bystander.pid}, "create_time": {created - 100.0}}}'
+            f'{{"id": "iris-recycled-0-deadbeef", "pid": {bystander.pid}, "create_time": {created - 100.0}}}\n'
         )
 
         assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1

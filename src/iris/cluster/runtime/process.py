@@ -5,14 +5,12 @@ host's network and filesystem. The runtime enforces the memory limit (by samplin
 process tree) and the timeout itself; cpu_millicores, disk_bytes, image and accelerator fields
 are not enforced because there is nothing to isolate them with.
 
-State lives in `<state_dir>/containers/`, in files named after the container: `<id>.json`
-(pid, create time, labels, written once a process was forked) lets a later worker process find
-and kill what this one left running, next to `<id>.stdout.log`, `<id>.stderr.log` and
-`<id>.build.log` (each created with its first line). The record file is created, empty, before
-anything is forked, and every process of a container carries its id in the environment
-(CONTAINER_MARKER_ENV), so a worker killed between fork and recording the pid still leaves
-processes a later one can find. No directory per container: creating and removing one was most
-of the runtime's file-system cost for a task that prints nothing.
+State lives in `<state_dir>/containers/`: the runtime's journal (process_journal.py: each
+container before anything is forked for it, its pid and create time once forked, its end) lets a
+later worker process find and kill what this one left running, next to `<id>.stdout.log`,
+`<id>.stderr.log` and `<id>.build.log` (each created with its first line). Every process of a
+container carries its id in the environment (CONTAINER_MARKER_ENV), so a worker killed between
+fork and recording the pid still leaves processes a later one can find.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import functools
 import heapq
 import importlib.util
 import itertools
-import json
 import os
 import re
 import selectors
@@ -45,6 +42,7 @@ import psutil
 
 from iris.cluster.reused_threads import ReusedThreads
 from iris.cluster.runtime import task_launcher
+from iris.cluster.runtime.process_journal import JOURNAL_SUFFIX, ContainerJournal, open_containers
 from iris.cluster.runtime.types import (
     BuildFailedError,
     ContainerConfig,
@@ -76,7 +74,6 @@ _MAX_LINE_BYTES = 64 * 1024
 _CREATE_TIME_TOLERANCE_SECONDS = 0.05
 _MIB = 1024 * 1024
 
-_RECORD_SUFFIX = ".json"
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -126,10 +123,6 @@ def _container_env(base_env: dict[str, str], config: ContainerConfig, container_
         packages = str(config.workdir / PACKAGES_DIRNAME)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (packages, config.env.get("PYTHONPATH", "")) if p)
     return env
-
-
-def _record_path(containers_dir: Path, container_id: str) -> Path:
-    return containers_dir / f"{container_id}{_RECORD_SUFFIX}"
 
 
 def _log_path(containers_dir: Path, container_id: str, source: LogSource) -> Path:
@@ -422,13 +415,13 @@ class ProcessContainerHandle:
         config: ContainerConfig,
         container_id: str,
         containers_dir: Path,
+        journal: ContainerJournal,
         base_env: dict[str, str],
-        on_cleanup: Callable[[str], None],
     ) -> None:
         self.container_id = container_id
         self._config = config
         self._containers_dir = containers_dir
-        self._on_cleanup = on_cleanup
+        self._journal = journal
         self._env = _container_env(base_env, config, container_id)
         self._lock = threading.Lock()
         # Held while signalling or reaping, so a signal never reaches a recycled pid/pgid: the
@@ -543,8 +536,9 @@ class ProcessContainerHandle:
 
     def cleanup(self) -> None:
         self.kill(grace_seconds=0)
-        _remove_record(self._containers_dir, self.container_id)
-        self._on_cleanup(self.container_id)
+        _remove_logs(self._containers_dir, self.container_id)
+        # Last: a container whose end is recorded has nothing left for a later worker to remove.
+        self._journal.ended(self.container_id)
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -596,7 +590,7 @@ class ProcessContainerHandle:
         # The pidfd becomes readable when the child exits; it stays a zombie until reaped.
         loop.watch(pidfd, lambda: self._reap(current, pidfd))
         loop.at(time.monotonic() + MONITOR_INTERVAL_SECONDS, lambda: self._check_limits(current))
-        self._write_meta(pid=proc.pid, create_time=create_time)
+        self._journal.forked(self.container_id, proc.pid, create_time)
         with self._lock:
             self._current = current
             if not merge_output:
@@ -755,32 +749,11 @@ class ProcessContainerHandle:
         self._status.finished_at_ms = now_ms()
         self._exited.set()
 
-    def _write_meta(self, pid: int | None, create_time: float | None) -> None:
-        record = {
-            "container_id": self.container_id,
-            "labels": self._config.labels,
-            "pid": pid,
-            "create_time": create_time,
-        }
-        data = json.dumps(record).encode()
-        # Overwritten in place, never renamed onto or truncated to nothing (ext4 then writes the
-        # data out first, which doubled the CPU of recording the pid): a record read half-written
-        # is one whose pid was not recorded yet, and remove_leftovers finds its processes by marker.
-        fd = os.open(_record_path(self._containers_dir, self.container_id), os.O_WRONLY)
-        try:
-            os.pwrite(fd, data, 0)
-            os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
 
-
-def _remove_record(containers_dir: Path, container_id: str) -> None:
-    """Delete a container's files, its record last: logs are only ever created after it."""
+def _remove_logs(containers_dir: Path, container_id: str) -> None:
     for source in get_args(LogSource):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(_log_path(containers_dir, container_id, source))
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(_record_path(containers_dir, container_id))
 
 
 def _kill_leftover_group(pid: int, create_time: float) -> None:
@@ -831,48 +804,34 @@ class ProcessRuntime:
         self._containers_dir.mkdir(parents=True, exist_ok=True)
         # Read once: walking the whole of os.environ cost about a tenth of a trivial attempt's CPU.
         self._base_env = _base_env()
-        self._lock = threading.Lock()
-        self._live: set[str] = set()
+        self._journal = ContainerJournal(self._containers_dir)
 
     def create_container(self, config: ContainerConfig) -> ProcessContainerHandle:
         if not config.workdir.is_dir():
             raise ContainerError(f"workdir {config.workdir} does not exist")
         container_id = _container_id(config)
-        # Exclusive: a container id is used once.
-        record = _record_path(self._containers_dir, container_id)
-        os.close(os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        with self._lock:
-            self._live.add(container_id)
+        self._journal.started(container_id)
         return ProcessContainerHandle(
-            config, container_id, self._containers_dir, self._base_env, on_cleanup=self._forget
+            config, container_id, self._containers_dir, self._journal, self._base_env
         )
 
     def remove_leftovers(self) -> int:
-        """Kill and delete every container recorded in state_dir that this instance did not create.
-
-        Everything recorded there was created (and labelled iris.managed=true) by a ProcessRuntime.
-        """
-        with self._lock:
-            live = set(self._live)
-        leftovers: list[str] = []
-        for name in sorted(os.listdir(self._containers_dir)):
-            container_id = name.removesuffix(_RECORD_SUFFIX)
-            if container_id == name or container_id in live:
-                continue  # a log, which its record's removal takes along, or one of ours
-            try:
-                meta = json.loads(_record_path(self._containers_dir, container_id).read_bytes())
-            except (OSError, ValueError):
-                meta = {}  # empty or half-written: the pid was never recorded
-            if meta.get("pid") is not None and meta.get("create_time") is not None:
-                _kill_leftover_group(meta["pid"], meta["create_time"])
-            leftovers.append(container_id)
+        """Kill and delete every container recorded in state_dir that this instance did not create
+        (all recorded by a ProcessRuntime); returns how many there were."""
+        journals = [
+            path for path in self._containers_dir.glob(f"*{JOURNAL_SUFFIX}") if path != self._journal.path
+        ]
+        leftovers: dict[str, dict] = {}
+        for journal in journals:
+            leftovers.update(open_containers(journal))
+        for record in leftovers.values():
+            if record.get("pid") is not None and record.get("create_time") is not None:
+                _kill_leftover_group(record["pid"], record["create_time"])
         # Also processes of a container whose pid was never recorded (the worker died right after
         # forking) and any that left its process group.
         _kill_marked_processes(set(leftovers))
         for container_id in leftovers:
-            _remove_record(self._containers_dir, container_id)
+            _remove_logs(self._containers_dir, container_id)
+        for journal in journals:
+            journal.unlink(missing_ok=True)
         return len(leftovers)
-
-    def _forget(self, container_id: str) -> None:
-        with self._lock:
-            self._live.discard(container_id)
