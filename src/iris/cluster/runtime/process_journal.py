@@ -64,8 +64,9 @@ class ContainerJournal:
 
     def _rewrite(self) -> None:
         """Replace the journal with one of the open containers' lines (a rename: a reader sees
-        the old file or the new one, never a part of either)."""
-        scratch = self.path.with_name(f".{self.path.name}.new")
+        the old file or the new one, never a part of either). The scratch file is named as a
+        journal: one left by a crash holds only containers the journal also has, and goes with it."""
+        scratch = self.path.with_name(f"{self.path.stem}-rewrite{JOURNAL_SUFFIX}")
         fd = os.open(scratch, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, b"".join(self._open.values()))
