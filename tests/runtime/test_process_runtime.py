@@ -326,6 +326,16 @@ def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, wor
         bystander.wait()
 
 
+def test_process_tasks_one_after_another_each_read_an_empty_stdin(create_container: CreateContainer) -> None:
+    for _ in range(2):
+        handle = create_container(py("import sys; print(repr(sys.stdin.read()))"))
+        handle.run()
+        handle.wait(timeout=30)
+        handle.cleanup()
+
+        assert lines(handle, "stdout") == ["''"]
+
+
 def test_process_env_puts_worker_python_first_on_path(create_container: CreateContainer) -> None:
     handle = create_container(py("import sys; print(sys.executable)"))
     handle.run()
