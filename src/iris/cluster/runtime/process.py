@@ -285,12 +285,6 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-@functools.cache
-def _devnull() -> int:
-    """One descriptor of /dev/null for every task's stdin, instead of Popen opening it for each."""
-    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-
-
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -575,7 +569,7 @@ class ProcessContainerHandle:
             spawned,
             cwd=self._config.workdir,
             env=self._env,
-            stdin=_devnull(),
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
             start_new_session=True,
