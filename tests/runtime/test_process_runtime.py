@@ -91,7 +91,9 @@ def _monitor_threads() -> set[threading.Thread]:
     return {thread for thread in threading.enumerate() if thread.name == "process-monitor"}
 
 
-def test_process_containers_one_after_another_share_a_monitor_thread(create_container: CreateContainer) -> None:
+def test_process_containers_one_after_another_share_a_monitor_thread(
+    create_container: CreateContainer,
+) -> None:
     idle_before = _monitor_threads()
     for _ in range(3):
         handle = create_container(py("print('ran')"))
@@ -298,6 +300,28 @@ def test_process_remove_leftovers_record_without_meta_kills_marked_process(tmp_p
 
         assert orphan.wait(timeout=10) == -signal.SIGKILL
         assert not record.exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+def test_process_remove_leftovers_record_of_an_earlier_version_kills_its_group(tmp_path: Path) -> None:
+    """An earlier version recorded each container in a directory of its own, the pid in meta.json."""
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
+    try:
+        record_dir = tmp_path / "state" / "containers" / "iris-earlier-0-deadbeef"
+        record_dir.mkdir(parents=True)
+        created = psutil.Process(orphan.pid).create_time()
+        (record_dir / "meta.json").write_text(json.dumps({"pid": orphan.pid, "create_time": created}))
+        (record_dir / "stdout.log").write_text("line\n")
+
+        assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
+
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert not record_dir.exists()
     finally:
         if orphan.poll() is None:
             orphan.kill()

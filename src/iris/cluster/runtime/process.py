@@ -22,6 +22,7 @@ import functools
 import heapq
 import importlib.util
 import itertools
+import json
 import os
 import re
 import selectors
@@ -756,6 +757,15 @@ def _remove_logs(containers_dir: Path, container_id: str) -> None:
             os.unlink(_log_path(containers_dir, container_id, source))
 
 
+def _read_record_dir(record_dir: Path) -> dict:
+    """The record of a worker of an earlier version (a directory per container, its pid in
+    meta.json), whose tasks may still run when an upgraded worker starts."""
+    try:
+        return json.loads((record_dir / "meta.json").read_bytes())
+    except (OSError, ValueError):
+        return {}
+
+
 def _kill_leftover_group(pid: int, create_time: float) -> None:
     """SIGKILL the process group a previous worker recorded, unless its pid now names someone else."""
     try:
@@ -824,6 +834,9 @@ class ProcessRuntime:
         leftovers: dict[str, dict] = {}
         for journal in journals:
             leftovers.update(open_containers(journal))
+        earlier_layout = [path for path in self._containers_dir.iterdir() if path.is_dir()]
+        for record_dir in earlier_layout:
+            leftovers[record_dir.name] = _read_record_dir(record_dir)
         for record in leftovers.values():
             if record.get("pid") is not None and record.get("create_time") is not None:
                 _kill_leftover_group(record["pid"], record["create_time"])
@@ -834,4 +847,6 @@ class ProcessRuntime:
             _remove_logs(self._containers_dir, container_id)
         for journal in journals:
             journal.unlink(missing_ok=True)
+        for record_dir in earlier_layout:
+            shutil.rmtree(record_dir, ignore_errors=True)
         return len(leftovers)
