@@ -337,9 +337,8 @@ def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, wor
         containers_dir.mkdir(parents=True)
         record = containers_dir / "0123.journal"
         created = psutil.Process(bystander.pid).create_time()
-        record.write_text(
-            f'{{"id": "iris-recycled-0-deadbeef", "pid": {bystander.pid}, "create_time": {created - 100.0}}}\n'
-        )
+        recycled = {"id": "iris-recycled-0-deadbeef", "pid": bystander.pid, "create_time": created - 100.0}
+        record.write_text(json.dumps(recycled) + "\n")
 
         assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
 
