@@ -3,6 +3,7 @@ server that carries it (with /health) on the worker's port."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 from connectrpc.code import Code
@@ -29,11 +30,8 @@ class WorkerServiceImpl:
                 Code.FAILED_PRECONDITION,
                 f"this is worker {self._worker.settings.worker_id}, not {request.worker_id}",
             )
-        # On the event loop, not a thread of the default executor: handing each heartbeat to a
-        # thread and its answer back cost more than the heartbeat's own work, which only holds
-        # locks briefly (attempts start and are killed on threads of their own) and reads /proc
-        # for a running attempt's usage at most once a second.
-        return self._worker.heartbeat(request)
+        # Starting attempts and reading their state takes locks and may touch the disk.
+        return await asyncio.to_thread(self._worker.heartbeat, request)
 
     def _attempt(self, task_id: str, attempt_id: int):
         attempt = self._worker.attempt(task_id, attempt_id)
