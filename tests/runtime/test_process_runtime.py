@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import psutil
@@ -64,27 +65,46 @@ def test_process_cleanup_kills_process_and_removes_state(
     )
     handle.run()
     container = read_pid(workdir / "container.pid")
-    containers_dir = tmp_path / "state" / "containers"
-    assert (containers_dir / handle.container_id / "meta.json").exists()
 
     handle.cleanup()
 
     poll_until(lambda: not is_alive(container), "container process to die")
-    assert list(containers_dir.iterdir()) == []
+    assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 0
 
 
-def test_process_cleanup_record_with_unexpected_file_is_removed(
+def test_process_cleanup_after_output_on_every_stream_removes_all_files(
     create_container: CreateContainer, tmp_path: Path
 ) -> None:
-    handle = create_container(py("print('out-line')"))
+    handle = create_container(py("import sys; print('out-line'); sys.stderr.write('err-line')"))
     handle.run()
     handle.wait(timeout=30)
-    record_dir = tmp_path / "state" / "containers" / handle.container_id
-    (record_dir / "meta.json.tmp").write_text("{")
+    containers_dir = tmp_path / "state" / "containers"
+    assert len(list(containers_dir.glob("*.log"))) == 2
 
     handle.cleanup()
 
-    assert not record_dir.exists()
+    assert list(containers_dir.glob("*.log")) == []
+    assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 0
+
+
+def _monitor_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == "process-monitor"}
+
+
+def test_process_containers_one_after_another_share_a_monitor_thread(
+    create_container: CreateContainer,
+) -> None:
+    idle_before = _monitor_threads()
+    for _ in range(3):
+        handle = create_container(py("print('ran')"))
+        handle.run()
+        assert handle.wait(timeout=30).exit_code == 0
+        handle.cleanup()
+
+    # The thread that watched the last one waits, idle, for the next container.
+    idle_after = _monitor_threads()
+    assert idle_after
+    assert len(idle_after - idle_before) <= 1
 
 
 def test_process_logs_are_appended_to_state_files(create_container: CreateContainer, tmp_path: Path) -> None:
@@ -92,9 +112,9 @@ def test_process_logs_are_appended_to_state_files(create_container: CreateContai
     handle.run()
     handle.wait(timeout=30)
 
-    record_dir = tmp_path / "state" / "containers" / handle.container_id
-    assert (record_dir / "stdout.log").read_text() == "out-line\n"
-    assert (record_dir / "stderr.log").read_text() == "err-partial\n"
+    containers_dir = tmp_path / "state" / "containers"
+    assert (containers_dir / f"{handle.container_id}.stdout.log").read_text() == "out-line\n"
+    assert (containers_dir / f"{handle.container_id}.stderr.log").read_text() == "err-partial\n"
 
 
 def test_process_log_files_only_for_streams_that_printed(
@@ -104,9 +124,9 @@ def test_process_log_files_only_for_streams_that_printed(
     handle.run()
     handle.wait(timeout=30)
 
-    record_dir = tmp_path / "state" / "containers" / handle.container_id
-    assert (record_dir / "stdout.log").read_text() == "out-line\n"
-    assert not (record_dir / "stderr.log").exists()
+    containers_dir = tmp_path / "state" / "containers"
+    assert (containers_dir / f"{handle.container_id}.stdout.log").read_text() == "out-line\n"
+    assert not (containers_dir / f"{handle.container_id}.stderr.log").exists()
     assert [line.data for line in handle.logs()] == ["out-line"]
 
 
@@ -115,12 +135,14 @@ def test_process_remove_leftovers_fresh_runtime_kills_previous_process_and_retur
 ) -> None:
     state_dir = tmp_path / "state"
     previous = ProcessRuntime(state_dir)
-    handle = previous.create_container(
-        _config(workdir, py(f"import os, pathlib, time\n{write_pid_code('container.pid')}\ntime.sleep(600)"))
-    )
+    code = f"import os, pathlib, time\n{write_pid_code('container.pid')}\nprint('up', flush=True)\n"
+    code += "time.sleep(600)"
+    handle = previous.create_container(_config(workdir, py(code)))
     try:
         handle.run()
         container = read_pid(workdir / "container.pid")
+        log = state_dir / "containers" / f"{handle.container_id}.stdout.log"
+        poll_until(log.exists, "the container's log file")
 
         assert ProcessRuntime(state_dir).remove_leftovers() == 1
 
@@ -248,9 +270,9 @@ def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
             worker.send_signal(signal.SIGKILL)
             worker.wait()
             # What a worker killed between fork and recording the pid leaves behind.
-            (meta_path,) = (tmp_path / "state" / "containers").glob("*/meta.json")
-            meta = json.loads(meta_path.read_text())
-            meta_path.write_text(json.dumps({**meta, "pid": None, "create_time": None}))
+            (journal,) = (tmp_path / "state" / "containers").glob("*.journal")
+            records = [json.loads(line) for line in journal.read_text().splitlines()]
+            journal.write_text("".join(json.dumps(r) + "\n" for r in records if "pid" not in r))
             assert is_alive(grandchild)
 
             assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
@@ -261,17 +283,41 @@ def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
 
 
 def test_process_remove_leftovers_record_without_meta_kills_marked_process(tmp_path: Path) -> None:
-    """What a worker killed after creating a container's record and before writing its pid
-    leaves behind: a directory without meta.json, and processes carrying the container's id."""
+    """What a worker killed after recording a container and while writing its pid leaves
+    behind: the container's first line, a torn one, and processes carrying the container's id."""
     container_id = "iris-unrecorded-0-deadbeef"
-    record_dir = tmp_path / "state" / "containers" / container_id
-    record_dir.mkdir(parents=True)
+    containers_dir = tmp_path / "state" / "containers"
+    containers_dir.mkdir(parents=True)
+    record = containers_dir / "0123.journal"
+    record.write_text(f'{{"id": "{container_id}"}}\n{{"id": "{container_id}", "pi')
     orphan = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"],
         env={**os.environ, process.CONTAINER_MARKER_ENV: container_id},
         start_new_session=True,
     )
     try:
+        assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
+
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert not record.exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+def test_process_remove_leftovers_record_of_an_earlier_version_kills_its_group(tmp_path: Path) -> None:
+    """An earlier version recorded each container in a directory of its own, the pid in meta.json."""
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
+    try:
+        record_dir = tmp_path / "state" / "containers" / "iris-earlier-0-deadbeef"
+        record_dir.mkdir(parents=True)
+        created = psutil.Process(orphan.pid).create_time()
+        (record_dir / "meta.json").write_text(json.dumps({"pid": orphan.pid, "create_time": created}))
+        (record_dir / "stdout.log").write_text("line\n")
+
         assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
 
         assert orphan.wait(timeout=10) == -signal.SIGKILL
@@ -287,21 +333,30 @@ def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, wor
         [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
     )
     try:
-        record_dir = tmp_path / "state" / "containers" / "iris-recycled-0-deadbeef"
-        record_dir.mkdir(parents=True)
+        containers_dir = tmp_path / "state" / "containers"
+        containers_dir.mkdir(parents=True)
+        record = containers_dir / "0123.journal"
         created = psutil.Process(bystander.pid).create_time()
-        (record_dir / "meta.json").write_text(
-            '{"container_id": "iris-recycled-0-deadbeef", "labels": {"iris.managed": "true"}, '
-            f'"pid": {bystander.pid}, "create_time": {created - 100.0}}}'
-        )
+        recycled = {"id": "iris-recycled-0-deadbeef", "pid": bystander.pid, "create_time": created - 100.0}
+        record.write_text(json.dumps(recycled) + "\n")
 
         assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
 
         assert bystander.poll() is None
-        assert not record_dir.exists()
+        assert not record.exists()
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_process_tasks_one_after_another_each_read_an_empty_stdin(create_container: CreateContainer) -> None:
+    for _ in range(2):
+        handle = create_container(py("import sys; print(repr(sys.stdin.read()))"))
+        handle.run()
+        handle.wait(timeout=30)
+        handle.cleanup()
+
+        assert lines(handle, "stdout") == ["''"]
 
 
 def test_process_env_puts_worker_python_first_on_path(create_container: CreateContainer) -> None:

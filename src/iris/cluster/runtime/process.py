@@ -5,12 +5,12 @@ host's network and filesystem. The runtime enforces the memory limit (by samplin
 process tree) and the timeout itself; cpu_millicores, disk_bytes, image and accelerator fields
 are not enforced because there is nothing to isolate them with.
 
-State lives under `<state_dir>/containers/<container_id>/`: `meta.json` (pid, create time,
-labels, written once a process was forked) lets a later worker process find and kill what this
-one left running, next to `stdout.log`, `stderr.log` and `build.log` (each created with its first
-line). The directory is created before anything is forked, and every process of a container
-carries its id in the environment (CONTAINER_MARKER_ENV), so a worker killed between fork and
-recording the pid still leaves processes a later one can find.
+State lives in `<state_dir>/containers/`: the runtime's journal (process_journal.py: each
+container before anything is forked for it, its pid and create time once forked, its end) lets a
+later worker process find and kill what this one left running, next to `<id>.stdout.log`,
+`<id>.stderr.log` and `<id>.build.log` (each created with its first line). Every process of a
+container carries its id in the environment (CONTAINER_MARKER_ENV), so a worker killed between
+fork and recording the pid still leaves processes a later one can find.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import heapq
 import importlib.util
 import itertools
@@ -40,7 +41,9 @@ from typing import IO, NoReturn, get_args
 
 import psutil
 
+from iris.cluster.reused_threads import ReusedThreads
 from iris.cluster.runtime import task_launcher
+from iris.cluster.runtime.process_journal import JOURNAL_SUFFIX, ContainerJournal, open_containers
 from iris.cluster.runtime.types import (
     BuildFailedError,
     ContainerConfig,
@@ -72,7 +75,6 @@ _MAX_LINE_BYTES = 64 * 1024
 _CREATE_TIME_TOLERANCE_SECONDS = 0.05
 _MIB = 1024 * 1024
 
-_META_FILE = "meta.json"
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -116,16 +118,16 @@ def _base_env() -> dict[str, str]:
 CONTAINER_MARKER_ENV = "IRIS_PROCESS_CONTAINER_ID"
 
 
-def _container_env(config: ContainerConfig, container_id: str) -> dict[str, str]:
-    env = {**_base_env(), **config.env, CONTAINER_MARKER_ENV: container_id}
+def _container_env(base_env: dict[str, str], config: ContainerConfig, container_id: str) -> dict[str, str]:
+    env = {**base_env, **config.env, CONTAINER_MARKER_ENV: container_id}
     if config.pip_packages:
         packages = str(config.workdir / PACKAGES_DIRNAME)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (packages, config.env.get("PYTHONPATH", "")) if p)
     return env
 
 
-def _log_file_name(source: LogSource) -> str:
-    return f"{source}.log"
+def _log_path(containers_dir: Path, container_id: str, source: LogSource) -> Path:
+    return containers_dir / f"{container_id}.{source}.log"
 
 
 def _container_id(config: ContainerConfig) -> str:
@@ -284,6 +286,25 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _create_time(pid: int) -> float:
+    """What psutil.Process(pid).create_time() returns, from one read of /proc/<pid>/stat: psutil
+    also reads /proc/stat for the boot time on every call, which the kernel assembles from every
+    CPU's counters."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        line = stat.read()
+    # Field 22, starttime, counted after "(comm)", which may hold spaces and parentheses.
+    start_ticks = int(line[line.rfind(b")") + 2 :].split(b" ", 20)[19])
+    return start_ticks / _CLOCK_TICKS + _boot_time()
+
+
+@functools.cache
+def _boot_time() -> float:
+    return psutil.boot_time()
+
+
 def _describe_exit(returncode: int) -> tuple[int, str]:
     if returncode < 0:
         signum = -returncode
@@ -384,19 +405,25 @@ class _ProcessLoop:
             self._selector.close()
 
 
+# A thread runs one process's loop until the process was reaped, and only then the next one's:
+# PR_SET_PDEATHSIG fires when the forking thread ends, and an idle thread has no child left.
+_MONITOR_THREADS = ReusedThreads("process-monitor")
+
+
 class ProcessContainerHandle:
     def __init__(
         self,
         config: ContainerConfig,
         container_id: str,
-        record_dir: Path,
-        on_cleanup: Callable[[str], None],
+        containers_dir: Path,
+        journal: ContainerJournal,
+        base_env: dict[str, str],
     ) -> None:
         self.container_id = container_id
         self._config = config
-        self._record_dir = record_dir
-        self._on_cleanup = on_cleanup
-        self._env = _container_env(config, container_id)
+        self._containers_dir = containers_dir
+        self._journal = journal
+        self._env = _container_env(base_env, config, container_id)
         self._lock = threading.Lock()
         # Held while signalling or reaping, so a signal never reaches a recycled pid/pgid: the
         # group leader stays a zombie (pid reserved) until the whole group has been killed.
@@ -451,12 +478,7 @@ class ProcessContainerHandle:
             self._status.phase = ContainerPhase.RUNNING
         started = threading.Event()
         spawn_errors: list[Exception] = []
-        threading.Thread(
-            target=self._monitor,
-            args=(started, spawn_errors),
-            name=f"monitor-{self.container_id}",
-            daemon=True,
-        ).start()
+        _MONITOR_THREADS.run(lambda: self._monitor(started, spawn_errors))
         started.wait()
         if spawn_errors:
             raise ContainerError(self._status.error) from spawn_errors[0]
@@ -515,8 +537,9 @@ class ProcessContainerHandle:
 
     def cleanup(self) -> None:
         self.kill(grace_seconds=0)
-        _remove_record_dir(self._record_dir)
-        self._on_cleanup(self.container_id)
+        _remove_logs(self._containers_dir, self.container_id)
+        # Last: a container whose end is recorded has nothing left for a later worker to remove.
+        self._journal.ended(self.container_id)
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -556,19 +579,19 @@ class ProcessContainerHandle:
             preexec_fn=preexec,
         )
         # The child cannot be reaped before the loop runs, so its /proc entry is still there.
-        create_time = psutil.Process(proc.pid).create_time()
+        create_time = _create_time(proc.pid)
         current = _Supervised(proc, loop, create_time, deadline, is_command=not merge_output)
         pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
         for pipe, source in zip(pipes, sources, strict=True):
             assert pipe is not None
-            watched = _Pipe(pipe, source, self._record_dir / _log_file_name(source))
+            watched = _Pipe(pipe, source, _log_path(self._containers_dir, self.container_id, source))
             current.pipes[watched.fd] = watched
             loop.watch(watched.fd, lambda w=watched: self._read(current, w))
         pidfd = os.pidfd_open(proc.pid)
         # The pidfd becomes readable when the child exits; it stays a zombie until reaped.
         loop.watch(pidfd, lambda: self._reap(current, pidfd))
         loop.at(time.monotonic() + MONITOR_INTERVAL_SECONDS, lambda: self._check_limits(current))
-        self._write_meta(pid=proc.pid, create_time=create_time)
+        self._journal.forked(self.container_id, proc.pid, create_time)
         with self._lock:
             self._current = current
             if not merge_output:
@@ -727,33 +750,20 @@ class ProcessContainerHandle:
         self._status.finished_at_ms = now_ms()
         self._exited.set()
 
-    def _write_meta(self, pid: int | None, create_time: float | None) -> None:
-        record = {
-            "container_id": self.container_id,
-            "labels": self._config.labels,
-            "pid": pid,
-            "create_time": create_time,
-        }
-        tmp = self._record_dir / f"{_META_FILE}.tmp"
-        tmp.write_text(json.dumps(record))
-        target = self._record_dir / _META_FILE
-        # Renaming onto an existing file makes ext4 write the new file's data out first
-        # (auto_da_alloc), which doubled the CPU of recording the pid. A record briefly missing
-        # is one whose pid was not recorded yet: remove_leftovers finds its processes by marker.
-        target.unlink(missing_ok=True)
-        os.rename(tmp, target)
+
+def _remove_logs(containers_dir: Path, container_id: str) -> None:
+    for source in get_args(LogSource):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_log_path(containers_dir, container_id, source))
 
 
-def _remove_record_dir(record_dir: Path) -> None:
-    """Delete a container's record: unlinking the files it can hold costs half of rmtree's walk."""
-    for name in (_META_FILE, *(_log_file_name(source) for source in get_args(LogSource))):
-        with contextlib.suppress(OSError):
-            os.unlink(record_dir / name)
+def _read_record_dir(record_dir: Path) -> dict:
+    """The record of a worker of an earlier version (a directory per container, its pid in
+    meta.json), whose tasks may still run when an upgraded worker starts."""
     try:
-        os.rmdir(record_dir)
-    except OSError:
-        # Something else in it (the meta.json.tmp of a worker killed while writing): walk it.
-        shutil.rmtree(record_dir, ignore_errors=True)
+        return json.loads((record_dir / "meta.json").read_bytes())
+    except (OSError, ValueError):
+        return {}
 
 
 def _kill_leftover_group(pid: int, create_time: float) -> None:
@@ -802,44 +812,41 @@ class ProcessRuntime:
     def __init__(self, state_dir: Path) -> None:
         self._containers_dir = state_dir / "containers"
         self._containers_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._live: set[str] = set()
+        # Read once: walking the whole of os.environ cost about a tenth of a trivial attempt's CPU.
+        self._base_env = _base_env()
+        self._journal = ContainerJournal(self._containers_dir)
 
     def create_container(self, config: ContainerConfig) -> ProcessContainerHandle:
         if not config.workdir.is_dir():
             raise ContainerError(f"workdir {config.workdir} does not exist")
         container_id = _container_id(config)
-        record_dir = self._containers_dir / container_id
-        record_dir.mkdir()
-        with self._lock:
-            self._live.add(container_id)
-        return ProcessContainerHandle(config, container_id, record_dir, on_cleanup=self._forget)
+        self._journal.started(container_id)
+        return ProcessContainerHandle(
+            config, container_id, self._containers_dir, self._journal, self._base_env
+        )
 
     def remove_leftovers(self) -> int:
-        """Kill and delete every container recorded in state_dir that this instance did not create.
-
-        Everything recorded there was created (and labelled iris.managed=true) by a ProcessRuntime.
-        """
-        with self._lock:
-            live = set(self._live)
-        leftovers: list[Path] = []
-        for record_dir in sorted(self._containers_dir.iterdir()):
-            if record_dir.name in live or not record_dir.is_dir():
-                continue
-            try:
-                meta = json.loads((record_dir / _META_FILE).read_text())
-            except (OSError, ValueError):
-                meta = {}
-            if meta.get("pid") is not None and meta.get("create_time") is not None:
-                _kill_leftover_group(meta["pid"], meta["create_time"])
-            leftovers.append(record_dir)
+        """Kill and delete every container recorded in state_dir that this instance did not create
+        (all recorded by a ProcessRuntime); returns how many there were."""
+        journals = [
+            path for path in self._containers_dir.glob(f"*{JOURNAL_SUFFIX}") if path != self._journal.path
+        ]
+        leftovers: dict[str, dict] = {}
+        for journal in journals:
+            leftovers.update(open_containers(journal))
+        earlier_layout = [path for path in self._containers_dir.iterdir() if path.is_dir()]
+        for record_dir in earlier_layout:
+            leftovers[record_dir.name] = _read_record_dir(record_dir)
+        for record in leftovers.values():
+            if record.get("pid") is not None and record.get("create_time") is not None:
+                _kill_leftover_group(record["pid"], record["create_time"])
         # Also processes of a container whose pid was never recorded (the worker died right after
         # forking) and any that left its process group.
-        _kill_marked_processes({record_dir.name for record_dir in leftovers})
-        for record_dir in leftovers:
-            _remove_record_dir(record_dir)
+        _kill_marked_processes(set(leftovers))
+        for container_id in leftovers:
+            _remove_logs(self._containers_dir, container_id)
+        for journal in journals:
+            journal.unlink(missing_ok=True)
+        for record_dir in earlier_layout:
+            shutil.rmtree(record_dir, ignore_errors=True)
         return len(leftovers)
-
-    def _forget(self, container_id: str) -> None:
-        with self._lock:
-            self._live.discard(container_id)

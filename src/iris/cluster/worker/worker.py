@@ -21,7 +21,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from iris import chaos
-from iris.client.credentials import bearer_interceptors
+from iris.client.connect_client import ConnectClient
+from iris.client.credentials import bearer_header
 from iris.cluster.limits import DEFAULT_INPUT_LIMITS, InputLimits
 from iris.cluster.runtime.types import ContainerRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
@@ -31,7 +32,6 @@ from iris.cluster.worker.settings import reregister_delay_s
 from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
 from iris.config import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import cluster_pb2 as pb
-from iris.rpc.cluster_connect import ControllerServiceClientSync
 from iris.time import ExponentialBackoff
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ MAX_LOG_LINES_PER_HEARTBEAT = 2000
 FINISHED_RETENTION_S = 600.0
 # Nudges are coalesced: at most one per this interval.
 NOTIFY_MIN_INTERVAL_S = 0.02
+_NUDGE_TIMEOUT_MS = 5_000
 
 
 @dataclass
@@ -86,8 +87,13 @@ class Worker:
             task_image=settings.task_image,
             on_change=self._attempt_changed,
         )
-        self._controller = ControllerServiceClientSync(
-            settings.controller_address, send_compression=None, interceptors=bearer_interceptors(settings.token)
+        # Not connectrpc's client: its calls go through a runtime of their own threads, which
+        # cost the worker more CPU per nudge than the nudge's own work.
+        self._controller = ConnectClient(
+            settings.controller_address,
+            pb.DESCRIPTOR.services_by_name["ControllerService"],
+            _NUDGE_TIMEOUT_MS,
+            bearer_header(settings.token),
         )
         # With auth on, the controller must show this secret to call the worker (see register).
         self.callback_token = secrets.token_urlsafe(32) if settings.token else ""
@@ -133,7 +139,8 @@ class Worker:
 
     def _register_once(self) -> None:
         chaos.maybe_fail(chaos.WORKER_REGISTER, _unreachable)
-        self._controller.register(
+        self._controller.call(
+            "register",
             pb.RegisterRequest(
                 worker_id=self.settings.worker_id,
                 address=self.settings.address,
@@ -199,8 +206,8 @@ class Worker:
             self._notify.clear()
             if self._registered.is_set():
                 try:
-                    self._controller.notify_worker_event(
-                        pb.NotifyWorkerEventRequest(worker_id=self.settings.worker_id), timeout_ms=5_000
+                    self._controller.call(
+                        "notify_worker_event", pb.NotifyWorkerEventRequest(worker_id=self.settings.worker_id)
                     )
                 except Exception as exc:
                     logger.debug("nudge to controller failed: %s", exc)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from iris.cluster.worker.reused_threads import ReusedThreads
+from iris.cluster.reused_threads import ReusedThreads
 from iris.time import wait_until
 
 

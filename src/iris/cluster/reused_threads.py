@@ -1,5 +1,5 @@
-"""Daemon threads that run one call after another, so that a short task attempt does not pay for
-starting and ending a thread of its own.
+"""Daemon threads that run one call after another, so that a short task attempt (and the monitor
+of its process) does not pay for starting and ending a thread of its own.
 
 A call never waits for a thread: with none idle, a new one starts. An idle thread ends after
 IDLE_TIMEOUT_S without work. The threads are daemons, like the per-attempt threads they replace:
