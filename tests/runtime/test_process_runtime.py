@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -282,6 +283,21 @@ def test_process_remove_leftovers_pid_never_recorded_still_kills_the_orphan(
             _kill_if_alive(grandchild)
 
 
+@contextlib.contextmanager
+def _sleeping_session(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A process in a session of its own, as a task is: what a worker may leave behind. Killed at
+    the end if the test did not see it killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], env=env, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_process_remove_leftovers_record_without_meta_kills_marked_process(tmp_path: Path) -> None:
     """What a worker killed after recording a container and while writing its pid leaves
     behind: the container's first line, a torn one, and processes carrying the container's id."""
@@ -290,28 +306,16 @@ def test_process_remove_leftovers_record_without_meta_kills_marked_process(tmp_p
     containers_dir.mkdir(parents=True)
     record = containers_dir / "0123.journal"
     record.write_text(f'{{"id": "{container_id}"}}\n{{"id": "{container_id}", "pi')
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"],
-        env={**os.environ, process.CONTAINER_MARKER_ENV: container_id},
-        start_new_session=True,
-    )
-    try:
+    with _sleeping_session(env={**os.environ, process.CONTAINER_MARKER_ENV: container_id}) as orphan:
         assert ProcessRuntime(tmp_path / "state").remove_leftovers() == 1
 
         assert orphan.wait(timeout=10) == -signal.SIGKILL
         assert not record.exists()
-    finally:
-        if orphan.poll() is None:
-            orphan.kill()
-            orphan.wait()
 
 
 def test_process_remove_leftovers_record_of_an_earlier_version_kills_its_group(tmp_path: Path) -> None:
     """An earlier version recorded each container in a directory of its own, the pid in meta.json."""
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
-    )
-    try:
+    with _sleeping_session() as orphan:
         record_dir = tmp_path / "state" / "containers" / "iris-earlier-0-deadbeef"
         record_dir.mkdir(parents=True)
         created = psutil.Process(orphan.pid).create_time()
@@ -322,17 +326,10 @@ def test_process_remove_leftovers_record_of_an_earlier_version_kills_its_group(t
 
         assert orphan.wait(timeout=10) == -signal.SIGKILL
         assert not record_dir.exists()
-    finally:
-        if orphan.poll() is None:
-            orphan.kill()
-            orphan.wait()
 
 
 def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, workdir: Path) -> None:
-    bystander = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
-    )
-    try:
+    with _sleeping_session() as bystander:
         containers_dir = tmp_path / "state" / "containers"
         containers_dir.mkdir(parents=True)
         record = containers_dir / "0123.journal"
@@ -344,9 +341,6 @@ def test_process_remove_leftovers_recycled_pid_is_not_killed(tmp_path: Path, wor
 
         assert bystander.poll() is None
         assert not record.exists()
-    finally:
-        bystander.kill()
-        bystander.wait()
 
 
 def test_process_tasks_one_after_another_each_read_an_empty_stdin(create_container: CreateContainer) -> None:
