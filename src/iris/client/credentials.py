@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from connectrpc.request import RequestContext
-
 from iris.cluster import task_env
 
 TOKEN_FILE_ENV = "IRIS_TOKEN_FILE"
@@ -55,30 +53,6 @@ def save_token(token: str) -> Path:
     return path
 
 
-def _authorization(token: str) -> str:
-    return f"Bearer {token}"
-
-
-class SendBearerToken:
-    """A Connect client interceptor that puts `Authorization: Bearer <token>` on every call."""
-
-    def __init__(self, token: str):
-        self._header = _authorization(token)
-
-    def on_start_sync(self, ctx: RequestContext) -> None:
-        ctx.request_headers["authorization"] = self._header
-
-    def on_end_sync(self, token: None, ctx: RequestContext, error: Exception | None) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return "SendBearerToken(<hidden>)"
-
-
-def bearer_interceptors(token: str) -> list[SendBearerToken]:
-    return [SendBearerToken(token)] if token else []
-
-
 def bearer_header(token: str) -> dict[str, str]:
     """The header that carries `token`; none without one."""
-    return {"authorization": _authorization(token)} if token else {}
+    return {"authorization": f"Bearer {token}"} if token else {}
