@@ -23,6 +23,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+
 class _Exchange:
     """The request as the application reads it, and the answer as it writes it."""
 
