@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -207,6 +208,10 @@ class ManualPlatform:
         self._slices: dict[str, _SliceRecord] = {}
         # host -> slice id holding it; rebuilt from markers by list_slices after a restart
         self._taken: dict[str, str] = {}
+        # host -> when its last slice gave it back (monotonic): a new slice takes the hosts given
+        # back longest ago first, so a slice replacing one whose worker died lands on another host
+        # whenever one is free, not on the one it just lost.
+        self._given_back_at: dict[str, float] = {}
         self._shutdown = threading.Event()
 
     # ------------------------------------------------------------ helpers
@@ -259,7 +264,7 @@ class ManualPlatform:
                     f"scale group {group or '?'} needs {wanted} free host(s) but {len(free)} of its "
                     f"{len(config.manual.hosts)} are free; add hosts to slice_template.manual.hosts or lower max_slices"
                 )
-            hosts = free[:wanted]
+            hosts = sorted(free, key=lambda host: self._given_back_at.get(host, 0.0))[:wanted]
             for host in hosts:
                 self._taken[host] = slice_id
             labels[keys.slice_id] = slice_id
@@ -418,6 +423,7 @@ class ManualPlatform:
             for worker in record.workers:
                 if self._taken.get(worker.internal_address) == record.slice_id:
                     del self._taken[worker.internal_address]
+                    self._given_back_at[worker.internal_address] = time.monotonic()
         logger.info("terminated manual slice %s; its hosts are free again", record.slice_id)
 
     def get_slice(self, slice_id: str) -> ManualSliceHandle:
