@@ -1,6 +1,6 @@
 """What a worker's heartbeat answer reports about finished attempts: each until the controller
 stops expecting it, then nothing, while the attempt stays available by id until its retention
-ends."""
+ends; its work directory goes as soon as the controller stops expecting it."""
 
 from __future__ import annotations
 
@@ -20,16 +20,18 @@ def worker(tmp_path: Path) -> Worker:
     return unregistered_worker(tmp_path)
 
 
-def _run(task_id: str) -> pb.RunTaskRequest:
+def _run(task_id: str, argv: tuple[str, ...] = ("true",)) -> pb.RunTaskRequest:
     request = pb.RunTaskRequest(task_id=task_id, job_id=task_id.rsplit("/", 1)[0], attempt_id=0)
-    request.entrypoint.command.argv.append("true")
+    request.entrypoint.command.argv.extend(argv)
     return request
 
 
-def _heartbeat(worker: Worker, expected: list[str], run: tuple[str, ...] = ()) -> pb.HeartbeatResponse:
+def _heartbeat(
+    worker: Worker, expected: list[str], run: tuple[str, ...] = (), argv: tuple[str, ...] = ("true",)
+) -> pb.HeartbeatResponse:
     return worker.heartbeat(
         pb.HeartbeatRequest(
-            tasks_to_run=[_run(task_id) for task_id in run],
+            tasks_to_run=[_run(task_id, argv) for task_id in run],
             expected_tasks=[pb.ExpectedTask(task_id=task_id, attempt_id=0) for task_id in expected],
         )
     )
@@ -74,3 +76,24 @@ def test_worker_heartbeat_attempt_let_go_is_forgotten_after_retention(
     wait_until(lambda: _forgotten(worker, "/a/0"), 10, 0.02, "the attempt to be forgotten")
     assert _reported(_heartbeat(worker, ["/a/0"])) == []
     wait_until(lambda: not attempt.workdir.exists(), 10, 0.02, "the attempt's workdir to be removed")
+
+
+def test_worker_heartbeat_attempt_let_go_leaves_no_workdir_and_the_next_starts_in_an_empty_one(
+    worker: Worker,
+) -> None:
+    _heartbeat(worker, [], run=("/a/0",), argv=("sh", "-c", "mkdir -p out && echo result > out/file"))
+    wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "the attempt to finish")
+    first = worker.attempt("/a/0", 0)
+    assert first is not None and first.state == pb.TASK_STATE_SUCCEEDED
+    assert (first.workdir / "out" / "file").read_text() == "result\n"
+    _heartbeat(worker, ["/a/0"])
+
+    _heartbeat(worker, [])  # the controller took in its end
+    wait_until(lambda: not first.workdir.exists(), 10, 0.02, "the let-go attempt's workdir to go")
+    assert worker.attempt("/a/0", 0) is first  # the attempt itself is kept for its retention
+
+    # The next attempt's directory is empty, whether or not it is the recycled one.
+    _heartbeat(worker, [], run=("/b/0",), argv=("sh", "-c", 'test -z "$(ls -A)"'))
+    wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "the next attempt to finish")
+    second = worker.attempt("/b/0", 0)
+    assert second is not None and second.state == pb.TASK_STATE_SUCCEEDED, second.error

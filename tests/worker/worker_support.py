@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.task_attempt import AttemptContext
+from iris.cluster.worker.workdirs import Workdirs
 from iris.cluster.worker.worker import Worker, WorkerSettings
 from iris.rpc import cluster_pb2 as pb
 
@@ -35,7 +36,7 @@ def attempt_context(tmp_path: Path) -> AttemptContext:
     return AttemptContext(
         runtime=ProcessRuntime(tmp_path / "runtime"),
         bundles=BundleCache(tmp_path / "bundles"),
-        work_root=tmp_path / "tasks",
+        workdirs=Workdirs(tmp_path / "tasks"),
         kill_grace_s=1.0,
         task_image="",
         on_change=lambda: None,

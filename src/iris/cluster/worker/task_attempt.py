@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from iris import chaos
 from iris.cluster import task_env
@@ -30,6 +29,7 @@ from iris.cluster.runtime.types import (
     managed_labels,
 )
 from iris.cluster.worker.bundle_cache import BundleCache
+from iris.cluster.worker.workdirs import Workdirs
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc import time_pb2
 from iris.storage import StorageError, StorageNotFoundError
@@ -60,7 +60,7 @@ class AttemptContext:
 
     runtime: ContainerRuntime
     bundles: BundleCache
-    work_root: Path
+    workdirs: Workdirs
     kill_grace_s: float
     task_image: str
     on_change: Callable[[], None]
@@ -96,8 +96,9 @@ class TaskAttempt:
         # USAGE_SAMPLE_INTERVAL_S. Set when the attempt starts running.
         self._usage: tuple[float, pb.ResourceUsage | None] | None = None
         safe_id = request.task_id.strip("/").replace("/", "__")
-        self.workdir = ctx.work_root / f"{safe_id}.a{request.attempt_id}"
+        self.workdir = ctx.workdirs.root / f"{safe_id}.a{request.attempt_id}"
         self._ended = threading.Event()
+        self._workdir_released = False
 
     # ------------------------------------------------------------ control
 
@@ -126,6 +127,17 @@ class TaskAttempt:
     def join(self, timeout: float | None = None) -> None:
         """Wait until the attempt's thread is done with it (cleanup included)."""
         self._ended.wait(timeout)
+
+    def release_workdir(self) -> None:
+        """The controller has taken in the attempt's end: its work directory goes back to the
+        worker's pool as soon as the attempt's thread is done with it (its container cleaned up)."""
+        with self._lock:
+            if self._workdir_released:
+                return
+            self._workdir_released = True
+            ended = self._ended.is_set()
+        if ended:
+            self._ctx.workdirs.release(self.workdir)
 
     # ------------------------------------------------------------ reporting
 
@@ -205,7 +217,11 @@ class TaskAttempt:
         try:
             self._drive()
         finally:
-            self._ended.set()
+            with self._lock:
+                self._ended.set()
+                released = self._workdir_released
+            if released:
+                self._ctx.workdirs.release(self.workdir)
 
     def _drive(self) -> None:
         try:
@@ -237,6 +253,7 @@ class TaskAttempt:
     def _prepare_and_run(self) -> None:
         request = self.request
         self._set_state(pb.TASK_STATE_BUILDING)
+        self._ctx.workdirs.create(self.workdir)
         if request.bundle_uri and not self._ctx.runtime.fetches_bundle:
             try:
                 self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
@@ -244,8 +261,6 @@ class TaskAttempt:
                 raise  # the bundle is gone for good: another attempt would not find it either
             except StorageError as exc:
                 raise _WorkerFault(exc) from exc
-        else:
-            self.workdir.mkdir(parents=True, exist_ok=True)
         if self._kill_requested.is_set():
             return
         config = self._container_config()

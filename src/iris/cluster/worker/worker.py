@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from iris.cluster.worker.node_offer import OFFER_CHECK_INTERVAL_S, OfferReader, 
 from iris.cluster.worker.ports import PortAllocator
 from iris.cluster.worker.settings import reregister_delay_s
 from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
+from iris.cluster.worker.workdirs import Workdirs
 from iris.config import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import cluster_pb2 as pb
 from iris.time import ExponentialBackoff
@@ -37,7 +37,8 @@ from iris.time import ExponentialBackoff
 logger = logging.getLogger(__name__)
 
 MAX_LOG_LINES_PER_HEARTBEAT = 2000
-# Finished attempts the controller no longer expects stay this long for FetchTaskLogs, then go.
+# Finished attempts the controller no longer expects stay this long for FetchTaskLogs, then go
+# (their work directories go at once).
 FINISHED_RETENTION_S = 600.0
 # Nudges are coalesced: at most one per this interval.
 NOTIFY_MIN_INTERVAL_S = 0.02
@@ -82,7 +83,7 @@ class Worker:
         self._ctx = AttemptContext(
             runtime=runtime,
             bundles=self._bundles,
-            work_root=settings.cache_dir / "tasks",
+            workdirs=Workdirs(settings.cache_dir / "tasks"),
             kill_grace_s=settings.kill_grace_s,
             task_image=settings.task_image,
             on_change=self._attempt_changed,
@@ -253,21 +254,24 @@ class Worker:
         return response
 
     def _retire(self, reported: dict[tuple[str, int], TaskAttempt], expected: dict[tuple[str, int], int]) -> None:
-        """Stop reporting the finished attempts the controller no longer expects, and forget
-        those retired more than FINISHED_RETENTION_S ago."""
+        """Stop reporting the finished attempts the controller no longer expects (their work
+        directories go back to the pool), and forget those retired more than FINISHED_RETENTION_S ago."""
+        retired = []
         with self._lock:
             now = time.monotonic()  # under the lock: `_retired_at` stays in the order of its times
             for key, attempt in reported.items():
                 if attempt.finished and key not in expected and self._reported.pop(key, None) is not None:
                     self._ports.release(key)
                     self._retired_at[key] = now
+                    retired.append(attempt)
             while self._retired_at:
                 key, retired_at = next(iter(self._retired_at.items()))
                 if now - retired_at <= FINISHED_RETENTION_S:
                     break
                 del self._retired_at[key]
-                attempt = self._attempts.pop(key)
-                threading.Thread(target=shutil.rmtree, args=(attempt.workdir, True), daemon=True).start()
+                del self._attempts[key]
+        for attempt in retired:
+            attempt.release_workdir()
 
     # ------------------------------------------------------------ queries
 
