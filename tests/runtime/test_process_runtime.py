@@ -108,6 +108,22 @@ def test_process_containers_one_after_another_share_a_monitor_thread(
     assert len(idle_after - idle_before) <= 1
 
 
+def test_process_run_to_exit_forks_and_watches_on_the_calling_thread(create_container: CreateContainer) -> None:
+    monitors_before = _monitor_threads()
+    handle = create_container(py("import os, time; print(os.getppid(), flush=True); time.sleep(0.3)"))
+    threads: set[threading.Thread] = set()
+
+    handle.run_to_exit(
+        lambda: threads.add(threading.current_thread()), 0.05, lambda: threads.add(threading.current_thread())
+    )
+
+    assert handle.status().exit_code == 0
+    assert threads == {threading.current_thread()}
+    assert _monitor_threads() <= monitors_before
+    # The launcher execs the command, so its parent is this process: the thread that forked it.
+    assert lines(handle, "stdout") == [str(os.getpid())]
+
+
 def test_process_logs_are_appended_to_state_files(create_container: CreateContainer, tmp_path: Path) -> None:
     handle = create_container(py("import sys; print('out-line'); sys.stderr.write('err-partial')"))
     handle.run()
@@ -156,13 +172,13 @@ def test_process_remove_leftovers_fresh_runtime_kills_previous_process_and_retur
 
 
 WORKER_SCRIPT = """
-import pathlib, sys, time
+import pathlib, sys, threading, time
 from iris.cluster.runtime import task_launcher
 from iris.cluster.runtime.process import ProcessRuntime
 from iris.cluster.runtime.types import ContainerConfig, ContainerError, ContainerPhase, managed_labels
 
 state_dir, workdir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-code, launch_path = sys.argv[3], sys.argv[4]
+code, launch_path, start = sys.argv[3], sys.argv[4], sys.argv[5]
 if launch_path == "setpriv":
     task_launcher.launcher = lambda: None
 runtime = ProcessRuntime(state_dir)
@@ -175,7 +191,10 @@ handle = runtime.create_container(
         labels=managed_labels("orphan-task", "orphan-job", 0),
     )
 )
-handle.run()
+if start == "run":
+    handle.run()
+else:  # as the worker's attempts do: forked by, and watched on, a thread that stays with it
+    threading.Thread(target=handle.run_to_exit, args=(lambda: None, 0.05, lambda: None), daemon=True).start()
 time.sleep(600)
 """
 
@@ -186,14 +205,17 @@ def _kill_if_alive(proc: psutil.Process) -> None:
 
 
 @contextlib.contextmanager
-def _worker_process(tmp_path: Path, workdir: Path, container_code: str, launch_path: str = "default"):
+def _worker_process(
+    tmp_path: Path, workdir: Path, container_code: str, launch_path: str = "default", start: str = "run"
+):
     """A separate worker process running one container, started through `launch_path`
-    ("setpriv" or whatever the host offers); yields the worker's Popen."""
+    ("setpriv" or whatever the host offers) by `start` ("run" or "run_to_exit"); yields the
+    worker's Popen."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER_SCRIPT)
     with open(tmp_path / "worker.log", "w") as log:
         worker = subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path / "state"), str(workdir), container_code, launch_path],
+            [sys.executable, str(script), str(tmp_path / "state"), str(workdir), container_code, launch_path, start],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -205,11 +227,12 @@ def _worker_process(tmp_path: Path, workdir: Path, container_code: str, launch_p
         worker.wait()
 
 
+@pytest.mark.parametrize("start", ["run", "run_to_exit"])
 def test_process_worker_sigkilled_container_process_dies(
-    tmp_path: Path, workdir: Path, launch_path: str
+    tmp_path: Path, workdir: Path, launch_path: str, start: str
 ) -> None:
     code = f"import os, pathlib, time\n{write_pid_code('container.pid')}\ntime.sleep(600)"
-    with _worker_process(tmp_path, workdir, code, launch_path) as worker:
+    with _worker_process(tmp_path, workdir, code, launch_path, start) as worker:
         container = read_pid(workdir / "container.pid")
         try:
             assert container.ppid() == worker.pid

@@ -50,6 +50,35 @@ def test_run_successful_command_reports_exit_code_zero_and_logs(create_container
     assert lines(handle, "stdout") == ["hello"]
 
 
+def test_run_to_exit_reports_the_start_polls_while_running_and_returns_after_the_exit(
+    create_container: CreateContainer,
+) -> None:
+    handle = create_container(py("import sys, time; print('first', flush=True); time.sleep(0.5); sys.exit(3)"))
+    calls: list[str] = []
+
+    handle.run_to_exit(lambda: calls.append("running"), 0.05, lambda: calls.append("poll"))
+
+    status = handle.status()
+    assert status.phase == ContainerPhase.EXITED
+    assert (status.exit_code, status.error) == (3, "exited with code 3")
+    assert calls[0] == "running" and calls.count("running") == 1
+    assert calls.count("poll") >= 3  # half a second of running, polled every 50 ms
+    assert lines(handle, "stdout") == ["first"]
+
+
+def test_run_to_exit_missing_executable_returns_or_raises_with_the_failure(create_container: CreateContainer) -> None:
+    handle = create_container(["iris-no-such-executable"])
+    calls: list[str] = []
+
+    try:
+        handle.run_to_exit(lambda: calls.append("running"), 0.05, lambda: calls.append("poll"))
+    except ContainerError:
+        assert calls == []  # a runtime that knows before the start raises before reporting one
+    status = handle.status()
+    assert status.phase == ContainerPhase.EXITED and status.exit_code not in (None, 0)
+    assert "iris-no-such-executable" in status.error
+
+
 def test_run_failing_command_reports_exit_code_and_error(create_container: CreateContainer) -> None:
     handle = create_container(py("import sys; sys.exit(3)"))
 

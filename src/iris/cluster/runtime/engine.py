@@ -320,6 +320,12 @@ class EngineContainerHandle(ABC):
                 daemon=True,
             ).start()
 
+    def run_to_exit(self, on_running: Callable[[], None], poll_s: float, on_poll: Callable[[], None]) -> None:
+        self.run()
+        on_running()
+        while self.wait(poll_s).phase != ContainerPhase.EXITED:
+            on_poll()
+
     def status(self) -> ContainerStatus:
         with self._lock:
             return replace(self._status)

@@ -372,7 +372,8 @@ class _Supervised:
 class _ProcessLoop:
     """One process's pidfd and output pipes in one selector, with timers for its limits, run by
     the thread that forked it (PR_SET_PDEATHSIG fires when that *thread* exits): a monitor
-    thread for the command, build()'s caller for a build step.
+    thread for the command started by run(), run_to_exit()'s caller for one started by it,
+    build()'s caller for a build step.
 
     A thread per pipe besides the monitor (three threads for a command) cost a trivial task more
     than its process did: their starts and hand-offs under a busy interpreter."""
@@ -466,22 +467,30 @@ class ProcessContainerHandle:
             self._status.phase = ContainerPhase.CREATED
 
     def run(self) -> None:
-        with self._lock:
-            if self._status.phase != ContainerPhase.CREATED:
-                raise ContainerError(
-                    f"cannot run container {self.container_id} in phase {self._status.phase}"
-                )
-            if not self._built:
-                raise ContainerError(
-                    f"container {self.container_id} has setup steps: build() must succeed first"
-                )
-            self._status.phase = ContainerPhase.RUNNING
+        self._enter_running()
         started = threading.Event()
-        spawn_errors: list[Exception] = []
+        spawn_errors: list[ContainerError] = []
         _MONITOR_THREADS.run(lambda: self._monitor(started, spawn_errors))
         started.wait()
         if spawn_errors:
-            raise ContainerError(self._status.error) from spawn_errors[0]
+            raise spawn_errors[0]
+
+    def run_to_exit(self, on_running: Callable[[], None], poll_s: float, on_poll: Callable[[], None]) -> None:
+        """The command forked and watched on the calling thread: no monitor thread to hand it to and
+        to hear its start and end from (for a trivial task those hand-overs between threads cost
+        more than the rest of its supervision). The caller's thread is the one the parent death
+        signal follows, and it is here until the command was reaped."""
+        self._enter_running()
+        loop = _ProcessLoop()
+        current = self._spawn_command(loop)
+        on_running()
+
+        def poll() -> None:
+            on_poll()
+            loop.at(time.monotonic() + poll_s, poll)
+
+        loop.at(time.monotonic() + poll_s, poll)
+        loop.run_until(current.done)
 
     def status(self) -> ContainerStatus:
         with self._lock:
@@ -543,22 +552,42 @@ class ProcessContainerHandle:
 
     # -- processes ------------------------------------------------------------------------------
 
-    def _monitor(self, started: threading.Event, spawn_errors: list[Exception]) -> None:
-        timeout = self._config.timeout_seconds
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _enter_running(self) -> None:
+        with self._lock:
+            if self._status.phase != ContainerPhase.CREATED:
+                raise ContainerError(
+                    f"cannot run container {self.container_id} in phase {self._status.phase}"
+                )
+            if not self._built:
+                raise ContainerError(
+                    f"container {self.container_id} has setup steps: build() must succeed first"
+                )
+            self._status.phase = ContainerPhase.RUNNING
+
+    def _monitor(self, started: threading.Event, spawn_errors: list[ContainerError]) -> None:
         loop = _ProcessLoop()
         try:
-            current = self._spawn(loop, self._config.command, merge_output=False, deadline=deadline)
-        # Not only OSError: Popen raises ValueError for an environment it cannot pass, and run()
-        # waits on `started` forever unless every failure sets it.
-        except Exception as e:
+            current = self._spawn_command(loop)
+        except ContainerError as e:
             spawn_errors.append(e)
+            return
+        finally:
+            started.set()
+        loop.run_until(current.done)
+
+    def _spawn_command(self, loop: _ProcessLoop) -> _Supervised:
+        """Fork the container's command, watched by `loop`; when it cannot start, the container ends
+        with exit code 127 and ContainerError says why."""
+        timeout = self._config.timeout_seconds
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return self._spawn(loop, self._config.command, merge_output=False, deadline=deadline)
+        # Not only OSError: Popen raises ValueError for an environment it cannot pass.
+        except Exception as e:
             with self._lock:
                 self._finish_locked(exit_code=127, error=f"failed to start {self._config.command[0]!r}: {e}")
-            started.set()
-            return
-        started.set()
-        loop.run_until(current.done)
+                error = self._status.error
+            raise ContainerError(error) from e
 
     def _spawn(
         self, loop: _ProcessLoop, argv: list[str], merge_output: bool, deadline: float | None

@@ -15,6 +15,7 @@ the same host can find and remove what its predecessor left behind (`remove_left
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -153,6 +154,12 @@ class ContainerHandle(Protocol):
 
     def run(self) -> None:
         """Start the command and return as soon as it is running."""
+        ...
+
+    def run_to_exit(self, on_running: Callable[[], None], poll_s: float, on_poll: Callable[[], None]) -> None:
+        """run(), then stay with the command on the calling thread until it exits: `on_running()`
+        once it started, `on_poll()` about every `poll_s` while it runs (neither may raise). Raises
+        what run() raises when the command cannot start."""
         ...
 
     def status(self) -> ContainerStatus: ...

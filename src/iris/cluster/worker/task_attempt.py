@@ -23,7 +23,6 @@ from iris.cluster.runtime.types import (
     ContainerConfig,
     ContainerError,
     ContainerHandle,
-    ContainerPhase,
     ContainerRuntime,
     LogLine,
     managed_labels,
@@ -277,13 +276,9 @@ class TaskAttempt:
         if self._kill_requested.is_set():
             return
         chaos.maybe_fail(chaos.CONTAINER_START, ContainerError)
-        handle.run()
-        self._set_state(pb.TASK_STATE_RUNNING)
-        while True:
-            status = handle.wait(LOG_POLL_INTERVAL_S)
-            self._pull_logs(handle)
-            if status.phase == ContainerPhase.EXITED:
-                break
+        handle.run_to_exit(
+            lambda: self._set_state(pb.TASK_STATE_RUNNING), LOG_POLL_INTERVAL_S, lambda: self._pull_logs(handle)
+        )
         self._finish(handle)
 
     def _pull_logs(self, handle: ContainerHandle) -> None:
