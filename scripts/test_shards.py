@@ -13,13 +13,15 @@ core idle. The suite splits along what the tests share:
 Each session collects `tests` as a single session would, ignoring the other session's paths: a
 directory's conftest.py then loads when its tests are collected, as it does in one session, instead
 of every conftest.py at start-up (test modules that import from their own conftest rely on that).
-Each line a session prints is prefixed with its name; the last line sums both up. The exit status
-is the first failing session's, or 0.
+Each line a session prints is prefixed with its name; the last line sums both up with each
+session's pytest result line (what a daemon thread logs while the interpreter exits comes after it
+and is not a result). The exit status is the first failing session's, or 0.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +31,8 @@ from pathlib import Path
 
 TESTS = Path("tests")
 SYSTEMS_PATHS = ("runtime", "hosts", "gcp", "coreweave")
+# pytest's closing line, as -q prints it: "1438 passed in 477.57s (0:07:57)", "2 failed, 9 passed ...".
+PYTEST_RESULT = re.compile(r"^=*\s*(\d+ (passed|failed|errors?|skipped|deselected)\b.* in [\d.]+s\b|no tests ran\b)")
 
 
 def _names_test_paths(args: list[str]) -> bool:
@@ -48,9 +52,13 @@ def _shards() -> dict[str, list[str]]:
 
 
 def _relay(name: str, stream, last_lines: dict[str, str], lock: threading.Lock) -> None:
+    """Prints the session's lines; keeps its pytest result line (else its last line) for the summary."""
+    found_result = False
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
-        if line.strip():
+        if PYTEST_RESULT.match(line):
+            last_lines[name], found_result = line.strip("= "), True
+        elif line.strip() and not found_result:
             last_lines[name] = line
         with lock:
             sys.stdout.write(f"[{name}] {line}\n")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import re
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,3 +64,24 @@ def test_test_paths_on_the_command_line_run_one_session() -> None:
         assert not module._names_test_paths(["-q", "-k", "heartbeat", "-p", "no:cacheprovider"])
     finally:
         os.chdir(cwd)
+
+
+def test_shards_summary_takes_the_pytest_result_line_over_later_teardown_output() -> None:
+    module = _load_shards_module()
+    output = (
+        b"........ [100%]\n"
+        b"1438 passed in 477.57s (0:07:57)\n"
+        b"scheduling pass failed\n"
+        b"RuntimeError: cannot schedule new futures after shutdown\n"
+    )
+    last_lines: dict[str, str] = {}
+    module._relay("core", io.BytesIO(output), last_lines, threading.Lock())
+    assert last_lines == {"core": "1438 passed in 477.57s (0:07:57)"}
+
+    failed: dict[str, str] = {}
+    module._relay("systems", io.BytesIO(b"=== 2 failed, 9 passed, 1 skipped in 3.10s ===\n"), failed, threading.Lock())
+    assert failed == {"systems": "2 failed, 9 passed, 1 skipped in 3.10s"}
+
+    crashed: dict[str, str] = {}
+    module._relay("core", io.BytesIO(b"collecting ...\nImportError: no module named x\n"), crashed, threading.Lock())
+    assert crashed == {"core": "ImportError: no module named x"}
