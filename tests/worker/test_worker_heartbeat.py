@@ -46,6 +46,16 @@ def _forgotten(worker: Worker, task_id: str) -> bool:
     return worker.attempt(task_id, 0) is None
 
 
+def test_worker_heartbeat_delivering_attempts_reports_them_in_its_own_answer_then_runs_them(
+    worker: Worker,
+) -> None:
+    response = _heartbeat(worker, [], run=("/a/0", "/b/0"))
+
+    assert _reported(response) == ["/a/0", "/b/0"]
+    wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "both attempts to finish")
+    assert {a.state for a in worker.attempts()} == {pb.TASK_STATE_SUCCEEDED}
+
+
 def test_worker_heartbeat_finished_attempt_reported_while_expected_then_kept_for_lookup(
     worker: Worker,
 ) -> None:

@@ -219,6 +219,7 @@ class Worker:
     def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
         self._last_heartbeat = time.monotonic()
         self._registered.set()
+        new: list[TaskAttempt] = []
         with self._lock:
             for run in request.tasks_to_run:
                 key = (run.task_id, run.attempt_id)
@@ -227,7 +228,7 @@ class Worker:
                 attempt = TaskAttempt(run, self._ports.allocate(run.ports, owner=key), self._ctx)
                 self._attempts[key] = attempt
                 self._reported[key] = attempt
-                attempt.start()
+                new.append(attempt)
             to_kill = [self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill]
             expected = {(e.task_id, e.attempt_id): e.log_offset for e in request.expected_tasks}
             for key in expected.keys() - self._reported.keys():
@@ -251,6 +252,10 @@ class Worker:
             else:
                 response.completed_tasks.append(status)
         self._retire(attempts, expected)
+        # Started once the answer is built: their threads would otherwise take turns with this one
+        # while it reads every attempt, and the controller's round would wait for them.
+        for attempt in new:
+            attempt.start()
         return response
 
     def _retire(self, reported: dict[tuple[str, int], TaskAttempt], expected: dict[tuple[str, int], int]) -> None:
