@@ -319,9 +319,11 @@ def _describe_exit(returncode: int) -> tuple[int, str]:
 
 
 class _Pipe:
-    """One output pipe of a process, read without blocking, split into lines like readline(),
-    and copied to a log file opened at the first line: most trivial tasks print nothing, and
-    creating and deleting two empty files cost more than starting their process."""
+    """One output pipe of a process, read only when the loop's poll says it is ready (so a read
+    never blocks, and the pipe can stay in blocking mode: two fcntl calls fewer per pipe), split
+    into lines like readline(), and copied to a log file opened at the first line: most trivial
+    tasks print nothing, and creating and deleting two empty files cost more than starting their
+    process."""
 
     def __init__(self, pipe: IO[bytes], source: LogSource, log_path: Path) -> None:
         self.pipe = pipe
@@ -330,7 +332,6 @@ class _Pipe:
         self.log_path = log_path
         self.log_file: IO[str] | None = None
         self.pending = b""
-        os.set_blocking(self.fd, False)
 
     def copy_to_log(self, text: str) -> None:
         if self.log_file is None:
@@ -438,6 +439,9 @@ class ProcessContainerHandle:
         self._kill_requested = False
         self._exited = threading.Event()
         self._stats_procs: dict[int, psutil.Process] = {}
+        # The log files its processes' output created: cleanup removes these, not every name a
+        # log could have (three failed unlinks for a task that printed nothing).
+        self._log_files: list[Path] = []
 
     # -- protocol -------------------------------------------------------------------------------
 
@@ -546,7 +550,11 @@ class ProcessContainerHandle:
 
     def cleanup(self) -> None:
         self.kill(grace_seconds=0)
-        _remove_logs(self._containers_dir, self.container_id)
+        with self._lock:
+            log_files, self._log_files = self._log_files, []
+        for path in log_files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         # Last: a container whose end is recorded has nothing left for a later worker to remove.
         self._journal.ended(self.container_id)
 
@@ -631,10 +639,7 @@ class ProcessContainerHandle:
         return current
 
     def _read(self, current: _Supervised, pipe: _Pipe) -> None:
-        try:
-            chunk = os.read(pipe.fd, _READ_CHUNK_BYTES)
-        except BlockingIOError:
-            return
+        chunk = os.read(pipe.fd, _READ_CHUNK_BYTES)
         *complete, rest = (pipe.pending + chunk).split(b"\n")
         # Lines as readline(_MAX_LINE_BYTES) cuts them: at each newline, or after that many bytes.
         raws = [
@@ -653,6 +658,9 @@ class ProcessContainerHandle:
         if not raws:
             return
         data = [raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r") for raw in raws]
+        if pipe.log_file is None:
+            with self._lock:
+                self._log_files.append(pipe.log_path)
         try:
             pipe.copy_to_log("".join(line + "\n" for line in data))
         except OSError:
