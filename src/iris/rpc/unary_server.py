@@ -330,7 +330,7 @@ class _Serving:
             run = self._intercepted(method, call)
         task = self._track(self._finish(run, call, request.keep_alive, connection))
         if call.deadline is not None:
-            timer = asyncio.get_running_loop().call_at(call.deadline, task.cancel)
+            timer = asyncio.get_running_loop().call_at(call.deadline, call.expire, task)
             task.add_done_callback(lambda _: timer.cancel())
         return task
 
@@ -364,7 +364,7 @@ class _Serving:
         try:
             answer = call.encode(await run, keep_alive)
         except asyncio.CancelledError:
-            if call.deadline is None or asyncio.get_running_loop().time() < call.deadline:
+            if not call.expired:
                 raise  # the server is stopping
             answer = _error_answer(ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out"), keep_alive)
         except Exception as exc:  # noqa: BLE001 - a handler's error is the caller's answer
@@ -419,6 +419,14 @@ class _UnaryCall:
     json: bool
     gzip_accepted: bool
     deadline: float | None
+    # Set when the deadline's timer cancelled the handler (rather than the server stopping). Not
+    # derived from the clock: the loop's timer may fire a little before `deadline` as its own
+    # `time()` reads it, and such a call would have got no answer at all.
+    expired: bool = False
+
+    def expire(self, task: asyncio.Task) -> None:
+        self.expired = True
+        task.cancel()
 
     @staticmethod
     def read(method: UnaryMethod, request: _Request, read_max_bytes: int) -> _UnaryCall:
