@@ -41,11 +41,11 @@ RESULT_FILE = ".iris-result.pkl"
 # A callable's return value travels back in a heartbeat; past this it is refused with a clear error.
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 LOG_POLL_INTERVAL_S = 0.05
-# A running attempt's resource use is measured this long after it starts running, then at most
-# this often; the heartbeats in between (one comes at each nudge) carry the last measurement.
-# Reading /proc for every heartbeat cost more of the worker's CPU than anything else it does for
-# a short task, and a measurement at the start says little: no CPU share yet, and the memory of
-# the launcher rather than of the command.
+# A running attempt's resource use is measured by its own thread this long after it starts
+# running, then this often; heartbeats carry the last measurement, so answering one reads no
+# container engine and no /proc. Reading /proc for every heartbeat cost more of the worker's CPU
+# than anything else it does for a short task, and a measurement at the start says little: no CPU
+# share yet, and the memory of the launcher rather than of the command.
 USAGE_SAMPLE_INTERVAL_S = 1.0
 
 TERMINAL = frozenset(
@@ -167,30 +167,28 @@ class TaskAttempt:
         status.logs.extend(
             pb.LogLine(timestamp_ms=line.timestamp_ms, source=line.source, data=line.data) for line in window
         )
-        handle = self._handle
-        if handle is not None and self.state == pb.TASK_STATE_RUNNING:
-            usage = self._current_usage(handle)
-            if usage is not None:
-                status.usage.CopyFrom(usage)
+        usage = self._usage
+        if usage is not None and usage[1] is not None and self.state == pb.TASK_STATE_RUNNING:
+            status.usage.CopyFrom(usage[1])
         return status
 
-    def _current_usage(self, handle: ContainerHandle) -> pb.ResourceUsage | None:
-        now = time.monotonic()
+    def _sample_usage(self, handle: ContainerHandle) -> None:
+        """Measure the running container's use when USAGE_SAMPLE_INTERVAL_S passed since the last
+        measurement (or the start); on the attempt's thread, while it waits for the command."""
         last = self._usage
-        if last is None:
-            return None
-        if now - last[0] < USAGE_SAMPLE_INTERVAL_S:
-            return last[1]
+        now = time.monotonic()
+        if last is None or now - last[0] < USAGE_SAMPLE_INTERVAL_S:
+            return
         try:
             stats = handle.stats()
         except Exception:
             logger.debug("stats for %s unavailable", self.key, exc_info=True)
-            return None
+            self._usage = (now, None)
+            return
         usage = pb.ResourceUsage(
             memory_bytes=stats.memory_bytes, cpu_percent=stats.cpu_percent, process_count=stats.process_count
         )
         self._usage = (now, usage)
-        return usage
 
     def _set_state(self, state: int, error: str = "", exit_code: int | None = None) -> None:
         with self._lock:
@@ -277,9 +275,13 @@ class TaskAttempt:
             return
         chaos.maybe_fail(chaos.CONTAINER_START, ContainerError)
         handle.run_to_exit(
-            lambda: self._set_state(pb.TASK_STATE_RUNNING), LOG_POLL_INTERVAL_S, lambda: self._pull_logs(handle)
+            lambda: self._set_state(pb.TASK_STATE_RUNNING), LOG_POLL_INTERVAL_S, lambda: self._poll(handle)
         )
         self._finish(handle)
+
+    def _poll(self, handle: ContainerHandle) -> None:
+        self._pull_logs(handle)
+        self._sample_usage(handle)
 
     def _pull_logs(self, handle: ContainerHandle) -> None:
         with self._lock:
