@@ -107,3 +107,39 @@ def test_worker_heartbeat_attempt_let_go_leaves_no_workdir_and_the_next_starts_i
     wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "the next attempt to finish")
     second = worker.attempt("/b/0", 0)
     assert second is not None and second.state == pb.TASK_STATE_SUCCEEDED, second.error
+
+
+class _RecordingController:
+    """Stands in for the worker's client of the controller: answers every call, remembering it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def call(self, method: str, request, timeout_ms: int | None = None) -> None:
+        self.calls.append(method)
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_worker_nudges_once_until_a_heartbeat_answers_then_at_once_for_later_changes(
+    worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "NUDGE_ANSWER_WAIT_S", 60.0)  # no nudge again by the clock here
+    controller = _RecordingController()
+    worker._controller = controller  # type: ignore[assignment]
+    worker.start()
+    try:
+        wait_until(lambda: worker.registered, 10, 0.01, "the worker to register")
+        nudges = lambda: controller.calls.count("notify_worker_event")  # noqa: E731
+
+        _heartbeat(worker, [], run=("/a/0",))
+        wait_until(lambda: nudges() == 1, 10, 0.01, "a nudge for the attempt's first change")
+        wait_until(lambda: all(a.finished for a in worker.attempts()), 30, 0.02, "the attempt to finish")
+        assert nudges() == 1  # it ran and ended, but the heartbeat asked for has not come
+
+        # The heartbeat's answer reports the end; the attempt it delivers changes after it.
+        _heartbeat(worker, ["/a/0"], run=("/b/0",))
+        wait_until(lambda: nudges() == 2, 10, 0.01, "a nudge for the change after the answer")
+    finally:
+        worker.stop()

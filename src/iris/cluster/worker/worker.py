@@ -40,8 +40,9 @@ MAX_LOG_LINES_PER_HEARTBEAT = 2000
 # Finished attempts the controller no longer expects stay this long for FetchTaskLogs, then go
 # (their work directories go at once).
 FINISHED_RETENTION_S = 600.0
-# Nudges are coalesced: at most one per this interval.
-NOTIFY_MIN_INTERVAL_S = 0.02
+# After a nudge the worker waits for the heartbeat it asked for, which reports every change up to
+# its answer, before it nudges again; should none come (a lost nudge), it nudges again after this.
+NUDGE_ANSWER_WAIT_S = 0.02
 _NUDGE_TIMEOUT_MS = 5_000
 
 
@@ -102,7 +103,11 @@ class Worker:
         self._offered = settings.metadata
         self._next_offer_check = time.monotonic() + settings.offer_check_interval_s
         self._registered = threading.Event()
+        # Set by an attempt's change the controller has not been told of; cleared by the nudge
+        # for it and as a heartbeat's answer reports every attempt.
         self._notify = threading.Event()
+        # Set when a heartbeat was answered: the changes before it reached the controller.
+        self._answered = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -120,6 +125,7 @@ class Worker:
     def stop(self, kill_tasks: bool = True) -> None:
         self._stop.set()
         self._notify.set()
+        self._answered.set()
         if kill_tasks:
             with self._lock:
                 attempts = list(self._attempts.values())
@@ -201,10 +207,10 @@ class Worker:
 
     def _notify_loop(self) -> None:
         while not self._stop.is_set():
-            self._notify.wait()
-            if self._stop.is_set():
-                return
+            if not self._notify.wait(1.0) or self._stop.is_set():
+                continue
             self._notify.clear()
+            self._answered.clear()
             if self._registered.is_set():
                 try:
                     self._controller.call(
@@ -212,7 +218,9 @@ class Worker:
                     )
                 except Exception as exc:
                     logger.debug("nudge to controller failed: %s", exc)
-            self._stop.wait(NOTIFY_MIN_INTERVAL_S)
+            # Changes until the heartbeat this nudge asks for ride on its answer: one nudge per
+            # heartbeat, however many attempts change meanwhile.
+            self._answered.wait(NUDGE_ANSWER_WAIT_S)
 
     # ------------------------------------------------------------ heartbeat
 
@@ -242,6 +250,9 @@ class Worker:
             if attempt is not None and not attempt.finished:
                 logger.info("killing %s attempt %d at the controller's request", *attempt.key)
                 attempt.kill()
+        # Before the attempts are read: a change from here on may be in this answer or not, and
+        # nudges for the next one.
+        self._notify.clear()
         response = pb.HeartbeatResponse(worker_id=self.settings.worker_id)
         for key, attempt in attempts.items():
             if attempt.finished and key not in expected:
@@ -254,6 +265,7 @@ class Worker:
         self._retire(attempts, expected)
         # Started once the answer is built: their threads would otherwise take turns with this one
         # while it reads every attempt, and the controller's round would wait for them.
+        self._answered.set()
         for attempt in new:
             attempt.start()
         return response
