@@ -72,8 +72,9 @@ class Workdirs:
 
     def release(self, path: Path) -> None:
         """Nothing uses `path` any more: it is kept for a later attempt once empty. An empty one is
-        kept at once; emptying one with contents (a task's outputs may be large) is left to a
-        thread of its own, so the caller never waits for it."""
+        kept at once; emptying one with contents (a task's outputs may be large) or removing one
+        that cannot be read is left to a thread of its own, so the caller (the worker's event
+        loop, answering a heartbeat) never waits for it."""
         try:
             with os.scandir(path) as entries:
                 empty = next(entries, None) is None
@@ -81,7 +82,7 @@ class Workdirs:
             return
         except OSError as exc:
             logger.warning("cannot read work directory %s to recycle it: %s; removing it", path, exc)
-            shutil.rmtree(path, ignore_errors=True)
+            self._emptiers.run(lambda: shutil.rmtree(path, ignore_errors=True))
             return
         if empty:
             self._keep(path)
