@@ -107,6 +107,9 @@ class Workdirs:
     def _keep(self, path: Path) -> None:
         with self._lock:
             if len(self._spares) < self._max_spares:
+                if path.parent == self._spares_dir:  # a previous worker's: kept where it is
+                    self._spares.append(path)
+                    return
                 spare = self._spares_dir / next(self._names)
                 try:
                     os.rename(path, spare)
