@@ -203,9 +203,11 @@ def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> 
 
 
 def _workspace_files(workspace: Path) -> list[_WorkspaceFile]:
-    if not workspace.exists():
-        raise FileNotFoundError(f"workspace {workspace} does not exist")
-    if not workspace.is_dir():
+    try:
+        mode = workspace.stat().st_mode  # one call for both checks: a client stats it every submit
+    except FileNotFoundError:
+        raise FileNotFoundError(f"workspace {workspace} does not exist") from None
+    if not stat.S_ISDIR(mode):
         raise NotADirectoryError(f"workspace {workspace} is not a directory")
     return _collect_files(workspace)
 
@@ -252,8 +254,9 @@ class WorkspaceBundles:
         workspace = Path(workspace)
         reading_ns = time.time_ns()
         files = _workspace_files(workspace)
+        # Files are known by their inodes, so the same signature from another directory (a
+        # symlinked workspace retargeted) still means the same bytes under the same names.
         signature = (
-            workspace.resolve(),
             max_bytes,
             tuple((item.arcname, item.size, item.executable, item.identity) for item in files),
         )

@@ -35,7 +35,9 @@ from google.protobuf.message_factory import GetMessageClass
 from iris.rpc.connect_errors import error_of_answer
 from iris.rpc.method_names import python_name
 
-_RECV_BYTES = 256 * 1024
+# Under glibc's threshold for mapping an allocation of its own: a larger buffer cost every call
+# an mmap, an mremap and a munmap (the answer shrinks it before it is freed).
+_RECV_BYTES = 64 * 1024
 
 
 class _Answer:
