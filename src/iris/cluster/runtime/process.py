@@ -287,14 +287,21 @@ def _tree_rss(pid: int) -> int:
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# /proc/<pid>/stat is one line: the command name (at most 64 bytes) and 51 numbers of at most 20 digits.
+_PROC_STAT_BYTES = 4096
 
 
 def _create_time(pid: int) -> float:
     """What psutil.Process(pid).create_time() returns, from one read of /proc/<pid>/stat: psutil
     also reads /proc/stat for the boot time on every call, which the kernel assembles from every
     CPU's counters."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        line = stat.read()
+    # os.open and one read, not open(): a buffered file costs four more system calls (fstat,
+    # ioctl, two lseeks) and a second read for its end.
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        line = os.read(fd, _PROC_STAT_BYTES)
+    finally:
+        os.close(fd)
     # Field 22, starttime, counted after "(comm)", which may hold spaces and parentheses.
     start_ticks = int(line[line.rfind(b")") + 2 :].split(b" ", 20)[19])
     return start_ticks / _CLOCK_TICKS + _boot_time()
@@ -303,6 +310,13 @@ def _create_time(pid: int) -> float:
 @functools.cache
 def _boot_time() -> float:
     return psutil.boot_time()
+
+
+@functools.cache
+def _devnull() -> int:
+    """Every task's standard input, opened once for the worker's life (Popen's DEVNULL opens and
+    closes it per process); close-on-exec, like every descriptor of the worker a task must not get."""
+    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _describe_exit(returncode: int) -> tuple[int, str]:
@@ -325,9 +339,8 @@ class _Pipe:
     tasks print nothing, and creating and deleting two empty files cost more than starting their
     process."""
 
-    def __init__(self, pipe: IO[bytes], source: LogSource, log_path: Path) -> None:
-        self.pipe = pipe
-        self.fd = pipe.fileno()
+    def __init__(self, fd: int, source: LogSource, log_path: Path) -> None:
+        self.fd = fd
         self.source: LogSource = source
         self.log_path = log_path
         self.log_file: IO[str] | None = None
@@ -340,7 +353,7 @@ class _Pipe:
         self.log_file.flush()
 
     def close(self) -> None:
-        self.pipe.close()
+        os.close(self.fd)
         if self.log_file is not None:
             self.log_file.close()
 
@@ -603,25 +616,33 @@ class ProcessContainerHandle:
         """Fork `argv` in its own session, watched by `loop`, and make it the `_current` process."""
         spawned, preexec = launch_argv(argv, str(self._config.workdir), self._env.get("PATH", os.defpath))
         sources: list[LogSource] = ["build"] if merge_output else ["stdout", "stderr"]
-        proc = subprocess.Popen(
-            spawned,
-            cwd=self._config.workdir,
-            env=self._env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
-            start_new_session=True,
-            # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
-            # one only makes raw syscalls through a libc handle loaded at import.
-            preexec_fn=preexec,
-        )
+        # The pipes are made here and handed to Popen as descriptors: Popen's own come wrapped in
+        # buffered files that cost three system calls each and are never read through.
+        pipes = [os.pipe() for _ in sources]
+        try:
+            proc = subprocess.Popen(
+                spawned,
+                cwd=self._config.workdir,
+                env=self._env,
+                stdin=_devnull(),
+                stdout=pipes[0][1],
+                stderr=subprocess.STDOUT if merge_output else pipes[1][1],
+                start_new_session=True,
+                # preexec_fn is unsafe only if it touches locks another thread may hold at fork; this
+                # one only makes raw syscalls through a libc handle loaded at import.
+                preexec_fn=preexec,
+            )
+        except BaseException:
+            for fd in itertools.chain.from_iterable(pipes):
+                os.close(fd)
+            raise
+        for _, write_end in pipes:
+            os.close(write_end)
         # The child cannot be reaped before the loop runs, so its /proc entry is still there.
         create_time = _create_time(proc.pid)
         current = _Supervised(proc, loop, create_time, deadline, is_command=not merge_output)
-        pipes = [proc.stdout] if proc.stderr is None else [proc.stdout, proc.stderr]
-        for pipe, source in zip(pipes, sources, strict=True):
-            assert pipe is not None
-            watched = _Pipe(pipe, source, _log_path(self._containers_dir, self.container_id, source))
+        for (read_end, _), source in zip(pipes, sources, strict=True):
+            watched = _Pipe(read_end, source, _log_path(self._containers_dir, self.container_id, source))
             current.pipes[watched.fd] = watched
             loop.watch(watched.fd, lambda w=watched: self._read(current, w))
         pidfd = os.pidfd_open(proc.pid)
