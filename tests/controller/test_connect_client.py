@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from fakes.kubernetes.incluster import server_tls_context
 
 from iris.client.connect_client import ConnectClient
 from iris.cluster.listening_socket import bind_socket, url_for
@@ -109,6 +113,39 @@ def test_connect_client_slow_answer_raises_deadline_exceeded(url: str) -> None:
 
     assert (late.value.code, late.value.message) == (Code.DEADLINE_EXCEEDED, "Request timed out")
     assert answer.job.job_id == "/after"
+
+
+def test_connect_client_tls_server_that_never_answers_raises_deadline_exceeded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TLS connection keeps Python's own timeout: with the kernel's, CPython's TLS layer retries a
+    # timed-out read for ever.
+    context, cert_pem = server_tls_context(tmp_path)
+    (tmp_path / "ca.pem").write_bytes(cert_pem)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    listener = bind_socket("127.0.0.1", 0)
+    done = threading.Event()
+
+    def read_and_stay_silent() -> None:
+        connection, _ = listener.accept()
+        with context.wrap_socket(connection, server_side=True) as tls:
+            tls.recv(65536)
+            done.wait(30)
+
+    threading.Thread(target=read_and_stay_silent, daemon=True).start()
+    client = ConnectClient(f"https://127.0.0.1:{listener.getsockname()[1]}", SERVICE, 10_000)
+    started = time.monotonic()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.call, "get_job_status", pb.GetJobStatusRequest(job_id="/a"), 300)
+            with pytest.raises(ConnectError) as late:
+                call.result(timeout=10)
+    finally:
+        done.set()
+        listener.close()
+
+    assert (late.value.code, late.value.message) == (Code.DEADLINE_EXCEEDED, "Request timed out")
+    assert time.monotonic() - started < 5
 
 
 def test_connect_client_accept_gzip_long_answer_arrives_whole(url: str, service: _Service) -> None:

@@ -16,9 +16,11 @@ connection (the server had not read it: it closes only connections with nothing 
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import socket
 import ssl
+import sys
 import threading
 import time
 import zlib
@@ -38,6 +40,9 @@ from iris.rpc.method_names import python_name
 # Under glibc's threshold for mapping an allocation of its own: a larger buffer cost every call
 # an mmap, an mremap and a munmap (the answer shrinks it before it is freed).
 _RECV_BYTES = 64 * 1024
+# What a call raises when its deadline passes: a blocking socket whose kernel timeout ran out
+# raises BlockingIOError, or with TLS one of the SSLWant errors.
+_TIMED_OUT = (TimeoutError, BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class _Answer:
@@ -120,7 +125,7 @@ class ConnectClient:
                 sock.close()
                 sock, reused = self._new_connection(deadline), False
                 answer = _send(sock, data, deadline)
-        except TimeoutError:
+        except _TIMED_OUT:
             sock.close()
             raise ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out") from None
         except OSError as exc:
@@ -139,7 +144,7 @@ class ConnectClient:
                 return self._idle.pop(), True
         try:
             return self._new_connection(deadline), False
-        except TimeoutError:
+        except _TIMED_OUT:
             raise ConnectError(Code.DEADLINE_EXCEEDED, "Request timed out") from None
         except OSError as exc:
             raise ConnectError(Code.UNAVAILABLE, f"Request failed: {_reason(exc)}") from None
@@ -149,7 +154,14 @@ class ConnectClient:
         # Without it Nagle's algorithm holds a request's last segment for the server's delayed ACK.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is not None:
-            sock = self._tls.wrap_socket(sock, server_hostname=self._address[0])
+            # TLS keeps Python's timeout: on a blocking socket, CPython's TLS layer retries a read
+            # the kernel's timeout ended, and would wait for ever.
+            return self._tls.wrap_socket(sock, server_hostname=self._address[0])
+        # Blocking from here on, with the kernel's send and receive timeouts as the deadline: a
+        # socket with a Python timeout polls before each send and receive, and like those (and the
+        # ioctl that sets the timeout) each poll lets go of the interpreter, which a busy process
+        # (a controller serving its clients' threads) then hands to another thread and back.
+        sock.settimeout(None)
         return sock
 
     def close(self) -> None:
@@ -159,12 +171,34 @@ class ConnectClient:
             sock.close()
 
 
+class _Timeval(ctypes.Structure):
+    """struct timeval, for SO_SNDTIMEO and SO_RCVTIMEO: suseconds_t is an int on macOS, a long on Linux."""
+
+    _fields_ = (("tv_sec", ctypes.c_long), ("tv_usec", ctypes.c_int32 if sys.platform == "darwin" else ctypes.c_long))
+
+
+def _limit(sock: socket.socket, option: int, deadline: float) -> None:
+    """Let the next sends (SO_SNDTIMEO) or receives (SO_RCVTIMEO) on `sock` block until `deadline`;
+    a socket in Python's timeout mode (TLS) gets that timeout instead."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    if sock.gettimeout() is not None:
+        sock.settimeout(remaining)
+        return
+    seconds, fraction = divmod(remaining, 1.0)
+    # A timeout of zero would mean none at all.
+    timeval = _Timeval(int(seconds), max(int(fraction * 1_000_000), 0 if seconds else 1))
+    sock.setsockopt(socket.SOL_SOCKET, option, bytes(timeval))
+
+
 def _send(sock: socket.socket, data: bytes, deadline: float) -> _Answer:
     answer = _Answer()
     parser = httptools.HttpResponseParser(answer)
     try:
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        _limit(sock, socket.SO_SNDTIMEO, deadline)
         sock.sendall(data)
+        _limit(sock, socket.SO_RCVTIMEO, deadline)
         chunk = sock.recv(_RECV_BYTES)
     except (ConnectionResetError, BrokenPipeError) as exc:
         raise _NoAnswer(_reason(exc)) from None
@@ -177,7 +211,7 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> _Answer:
             raise ConnectionResetError(f"malformed HTTP answer: {exc}") from None
         if answer.complete:
             break
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        _limit(sock, socket.SO_RCVTIMEO, deadline)
         chunk = sock.recv(_RECV_BYTES)
         if not chunk:
             raise ConnectionResetError("the server closed the connection before its answer ended")
