@@ -146,6 +146,7 @@ def test_build_bundle_symlink_outside_workspace_not_followed(tmp_path: Path) -> 
     (workspace / "secrets").symlink_to(outside.parent, target_is_directory=True)
     (workspace / "helper_link.py").symlink_to(workspace / "lib/helper.py")
     (workspace / "lib/loop").symlink_to(workspace / "lib", target_is_directory=True)
+    (workspace / "lib/up").symlink_to(workspace, target_is_directory=True)
 
     bundle = build_bundle(workspace)
 
@@ -159,6 +160,13 @@ def test_build_bundle_nonexistent_workspace_raises_clear_error(tmp_path: Path) -
 
     with pytest.raises(FileNotFoundError, match=f"workspace {missing} does not exist"):
         build_bundle(missing)
+
+
+def test_build_bundle_workspace_that_is_a_file_raises_clear_error(tmp_path: Path) -> None:
+    file = write(tmp_path, "train.py")
+
+    with pytest.raises(NotADirectoryError, match=f"workspace {file} is not a directory"):
+        build_bundle(file)
 
 
 def test_build_bundle_empty_workspace_gives_valid_empty_bundle(tmp_path: Path) -> None:

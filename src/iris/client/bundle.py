@@ -64,11 +64,13 @@ class _WorkspaceFile:
     identity: tuple[int, int, int, int]
 
 
-def _read_ignore_file(directory: Path, base: str) -> _IgnoreFile | None:
-    ignore_path = directory / ".gitignore"
-    if not ignore_path.is_file():
+def _read_ignore_file(children: list[os.DirEntry], base: str) -> _IgnoreFile | None:
+    """The directory's .gitignore, found in its listing: a client walks its workspace on every
+    submit, and a stat per directory for a file most directories lack is a system call apiece."""
+    ignore = next((entry for entry in children if entry.name == ".gitignore"), None)
+    if ignore is None or not ignore.is_file():
         return None
-    lines = ignore_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = Path(ignore.path).read_text(encoding="utf-8", errors="replace").splitlines()
     return _IgnoreFile(base, pathspec.GitIgnoreSpec.from_lines(lines))
 
 
@@ -87,22 +89,46 @@ def _is_always_excluded(name: str) -> bool:
     return name in ALWAYS_EXCLUDED_NAMES or name.endswith(ALWAYS_EXCLUDED_SUFFIXES)
 
 
-def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
-    root = workspace.resolve()
+def _listing(directory: Path) -> list[os.DirEntry]:
+    with os.scandir(directory) as entries:
+        return sorted(entries, key=lambda entry: entry.name)
+
+
+class _Root:
+    """The workspace's real path and (device, inode), read when a symlink is met: only a symlink
+    can lead out of the workspace or back up into it."""
+
+    def __init__(self, workspace: Path) -> None:
+        self._workspace = workspace
+        self._real: Path | None = None
+        self.identity: tuple[int, int] | None = None
+
+    @property
+    def real(self) -> Path:
+        if self._real is None:
+            self._real = self._workspace.resolve()
+            info = self._real.stat()
+            self.identity = (info.st_dev, info.st_ino)
+        return self._real
+
+
+def _collect_files(workspace: Path, top: list[os.DirEntry]) -> list[_WorkspaceFile]:
+    """The files under `workspace`, whose listing `top` the caller has read."""
+    root = _Root(workspace)
     files: list[_WorkspaceFile] = []
     skipped_links: list[str] = []
-    # (directory as reached, its path relative to the workspace, .gitignores in force, real paths of
-    # the directories above it, used to stop symlink cycles)
-    pending: list[tuple[Path, str, tuple[_IgnoreFile, ...], frozenset[Path]]] = [
-        (workspace, "", (), frozenset({root}))
+    # (directory as reached, its listing once read, its path relative to the workspace, .gitignores
+    # in force, (device, inode) of the directories above it but the root, to stop symlink cycles)
+    pending: list[tuple[Path, list[os.DirEntry] | None, str, tuple[_IgnoreFile, ...], frozenset[tuple[int, int]]]] = [
+        (workspace, top, "", (), frozenset())
     ]
     while pending:
-        directory, rel_dir, ignore_files, ancestors = pending.pop()
-        own_ignore = _read_ignore_file(directory, rel_dir)
+        directory, children, rel_dir, ignore_files, ancestors = pending.pop()
+        if children is None:
+            children = _listing(directory)
+        own_ignore = _read_ignore_file(children, rel_dir)
         if own_ignore is not None:
             ignore_files = (*ignore_files, own_ignore)
-        with os.scandir(directory) as entries:
-            children = sorted(entries, key=lambda entry: entry.name)
         for entry in children:
             if _is_always_excluded(entry.name):
                 continue
@@ -110,7 +136,7 @@ def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
             path = Path(entry.path)
             if entry.is_symlink():
                 target = path.resolve()
-                if not is_within(target, root) or not target.exists():
+                if not is_within(target, root.real) or not target.exists():
                     skipped_links.append(rel)
                     continue
             try:
@@ -125,9 +151,9 @@ def _collect_files(workspace: Path) -> list[_WorkspaceFile]:
             if _is_ignored(ignore_files, rel, is_dir):
                 continue
             if is_dir:
-                real = path.resolve()
-                if real not in ancestors:
-                    pending.append((path, rel, ignore_files, ancestors | {real}))
+                place = (info.st_dev, info.st_ino)
+                if place not in ancestors and place != root.identity:
+                    pending.append((path, None, rel, ignore_files, ancestors | {place}))
                 continue
             identity = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
             files.append(_WorkspaceFile(rel, path, info.st_size, bool(info.st_mode & 0o111), identity))
@@ -203,13 +229,14 @@ def build_bundle(workspace: Path, max_bytes: int = DEFAULT_MAX_BUNDLE_BYTES) -> 
 
 
 def _workspace_files(workspace: Path) -> list[_WorkspaceFile]:
+    # The listing answers both checks: a client walks its workspace on every submit.
     try:
-        mode = workspace.stat().st_mode  # one call for both checks: a client stats it every submit
+        top = _listing(workspace)
     except FileNotFoundError:
         raise FileNotFoundError(f"workspace {workspace} does not exist") from None
-    if not stat.S_ISDIR(mode):
-        raise NotADirectoryError(f"workspace {workspace} is not a directory")
-    return _collect_files(workspace)
+    except NotADirectoryError:
+        raise NotADirectoryError(f"workspace {workspace} is not a directory") from None
+    return _collect_files(workspace, top)
 
 
 def _zip_files(workspace: Path, files: list[_WorkspaceFile], max_bytes: int) -> Bundle:
