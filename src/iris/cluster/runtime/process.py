@@ -180,7 +180,8 @@ def _resolve_command(command: str, cwd: str, path: str) -> str:
     for entry in path.split(os.pathsep):
         candidate = os.path.join(entry, command)
         found = os.path.join(cwd, candidate)
-        if os.path.isfile(found) and os.access(found, os.X_OK):
+        # access() first: for the entries that lack the command it answers without raising.
+        if os.access(found, os.X_OK) and os.path.isfile(found):
             return candidate
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
