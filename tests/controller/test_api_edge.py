@@ -156,6 +156,21 @@ def test_launch_job_same_request_id_twice_returns_the_first_job(controller_url: 
     assert sum(1 for j in listed if j["jobId"].startswith("/job-")) == 1
 
 
+def test_launch_job_named_job_same_request_id_twice_returns_the_first_job_while_a_new_request_is_refused(
+    controller_url: str,
+) -> None:
+    body = {**_command_job("named-retry", 1), "requestId": "retry-me-2"}
+
+    first = _call(controller_url, "LaunchJob", body)
+    retry = _call(controller_url, "LaunchJob", body)
+    another = _call(controller_url, "LaunchJob", {**body, "requestId": "another-submit"})
+
+    assert first.status_code == retry.status_code == 200, (first.text, retry.text)
+    assert retry.json()["jobId"] == first.json()["jobId"] == "/named-retry"
+    # The job is still pending: a submission of its name that is not a retry is refused.
+    assert another.status_code == 409 and "is still pending" in another.text, another.text
+
+
 class AnswerDroppingProxy:
     """Forwards HTTP requests to the controller, but after forwarding the first request whose path
     contains `drop_path` it closes the connection instead of sending the answer back."""

@@ -175,13 +175,15 @@ class Controller:
     # ------------------------------------------------------------ jobs
 
     async def launch_job(self, request: pb.LaunchJobRequest, owner: str = "") -> str:
-        # A retry of a submission whose answer was lost gets the job the first one created.
-        if request.request_id:
-            served = self.store.job_for_request(request.request_id)
-            if served is not None:
-                return served
         job_id = job_id_for(request)
         if self.store.job_exists(job_id):
+            # A retry of a submission whose answer was lost gets the job the first one created.
+            # (Asked only of a name already taken: a retry under a name now free, or with a
+            # generated name, is found by the launch's own transaction.)
+            if request.request_id:
+                served = self.store.job_for_request(request.request_id)
+                if served is not None:
+                    return served
             action = decide_existing_job(job_id, request.existing_job_policy, self.store.job_status(job_id).state)
             if action == ExistingJobAction.KEEP:
                 return job_id

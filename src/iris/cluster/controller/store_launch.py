@@ -67,8 +67,37 @@ class JobLaunches(StoreBase):
         now_ms: int,
         owner: str,
     ) -> None:
-        if request.request_id:
-            served = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request.request_id,)).fetchone()
+        root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
+        num_tasks = max(1, request.replicas)
+        # A job and its tasks are born PENDING; their history starts with their first move.
+        try:
+            db.execute(
+                "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
+                " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    job_id,
+                    request.parent_job_id or None,
+                    pb.JOB_STATE_PENDING,
+                    stored.SerializeToString(),
+                    num_tasks,
+                    request.priority,
+                    now_ms,
+                    root_submitted_ms,
+                    request.request_id or None,
+                    owner,
+                ),
+            )
+        except sqlite3.IntegrityError:
+            # The unique keys on job_id and request_id make both checks; which one failed is read
+            # only then (two reads per launch otherwise, in the batch every launch waits for).
+            self._refuse_duplicate(db, job_id, request.request_id)
+            raise
+        self._insert_tasks(db, job_id, num_tasks, now_ms)
+
+    def _refuse_duplicate(self, db: sqlite3.Connection, job_id: str, request_id: str) -> None:
+        """Raise for a launch already served (a retry), then for a job id already taken."""
+        if request_id:
+            served = db.execute("SELECT job_id FROM jobs WHERE request_id=?", (request_id,)).fetchone()
             if served is not None:
                 raise RequestAlreadyServedError(served["job_id"])
         existing = db.execute("SELECT state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
@@ -77,26 +106,6 @@ class JobLaunches(StoreBase):
                 f"job {job_id} already exists ({state_label('job', existing['state'])}); "
                 "choose another name or kill it first"
             )
-        root_submitted_ms = self._root_submitted_ms(db, request.parent_job_id) if request.parent_job_id else now_ms
-        num_tasks = max(1, request.replicas)
-        # A job and its tasks are born PENDING; their history starts with their first move.
-        db.execute(
-            "INSERT INTO jobs(job_id, parent_job_id, state, request, num_tasks, priority, submitted_at_ms,"
-            " root_submitted_at_ms, request_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                job_id,
-                request.parent_job_id or None,
-                pb.JOB_STATE_PENDING,
-                stored.SerializeToString(),
-                num_tasks,
-                request.priority,
-                now_ms,
-                root_submitted_ms,
-                request.request_id or None,
-                owner,
-            ),
-        )
-        self._insert_tasks(db, job_id, num_tasks, now_ms)
 
     def _root_submitted_ms(self, db: sqlite3.Connection, parent_job_id: str) -> int:
         """When the root of a new child's tree was submitted; the parent must exist and still live."""
