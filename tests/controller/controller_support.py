@@ -1,4 +1,5 @@
-"""A scripted fake worker and request builders shared by the controller-logic tests.
+"""A scripted fake worker, request builders and a running controller daemon shared by the
+controller tests.
 
 `FakeWorker` answers heartbeats the way a worker daemon does, from attempt states a test scripts;
 tests hand it the requests the controller's core builds.
@@ -6,9 +7,14 @@ tests hand it the requests the controller's core builds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from iris.cluster.controller.main import ControllerDaemon
+from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.types import Constraint, attribute_to_proto, job_id_of_task
 from iris.rpc import cluster_pb2 as pb
 
@@ -18,6 +24,24 @@ CONTROLLER = "http://controller.test:10000"
 WORKER_TIMEOUT_MS = 60_000
 ARGV = ["python", "-m", "train", "--lr", "0.1"]
 ACTIVE = (pb.TASK_STATE_ASSIGNED, pb.TASK_STATE_BUILDING, pb.TASK_STATE_RUNNING)
+
+
+def local_controller_settings(root: Path, **overrides: Any) -> DaemonSettings:
+    """A controller on a free loopback port, its state and bundles under `root`."""
+    return DaemonSettings.from_config(
+        state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0, **overrides
+    )
+
+
+@contextlib.contextmanager
+def running_controller(root: Path, **overrides: Any) -> Iterator[ControllerDaemon]:
+    """`local_controller_settings`' daemon, serving until the block ends."""
+    daemon = ControllerDaemon(local_controller_settings(root, **overrides))
+    daemon.start_in_thread()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
 
 
 def job_request(

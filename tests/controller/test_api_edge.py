@@ -16,6 +16,7 @@ import httpx
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from controller_support import local_controller_settings, running_controller
 
 from iris import chaos
 from iris.client import IrisClient
@@ -33,20 +34,8 @@ SERVICE = "iris.cluster.ControllerService"
 
 @pytest.fixture(scope="module")
 def controller_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root: Path = tmp_path_factory.mktemp("api-edge")
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=root / "state",
-            bundle_prefix=f"file://{root}/bundles",
-            host="127.0.0.1",
-            port=0,
-        )
-    )
-    daemon.start_in_thread()
-    try:
+    with running_controller(tmp_path_factory.mktemp("api-edge")) as daemon:
         yield daemon.url
-    finally:
-        daemon.stop()
 
 
 def _call(url: str, method: str, body: dict) -> httpx.Response:
@@ -113,17 +102,7 @@ def test_launch_job_max_int32_replicas_is_refused_at_once(controller_url: str) -
 
 
 def test_launch_job_of_100000_tasks_keeps_health_answering(tmp_path: Path) -> None:
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=tmp_path / "state",
-            bundle_prefix=f"file://{tmp_path}/bundles",
-            host="127.0.0.1",
-            port=0,
-            input_limits=InputLimits(max_replicas=100_000),
-        )
-    )
-    daemon.start_in_thread()
-    try:
+    with running_controller(tmp_path, input_limits=InputLimits(max_replicas=100_000)) as daemon:
         with ThreadPoolExecutor(1) as pool:
             launch = pool.submit(_call, daemon.url, "LaunchJob", _command_job("wide", 100_000))
             slowest = 0.0
@@ -138,8 +117,6 @@ def test_launch_job_of_100000_tasks_keeps_health_answering(tmp_path: Path) -> No
         assert slowest < 1.0, f"/health took {slowest:.2f}s while the job was created"
         status = _call(daemon.url, "GetJobStatus", {"jobId": "/wide"}).json()
         assert status["job"]["numTasks"] == 100_000
-    finally:
-        daemon.stop()
 
 
 def test_launch_job_same_request_id_twice_returns_the_first_job(controller_url: str) -> None:
@@ -298,11 +275,7 @@ def test_config_negative_limit_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_controller_start_whose_store_write_fails_retries_and_serves(tmp_path: Path) -> None:
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
-        )
-    )
+    daemon = ControllerDaemon(local_controller_settings(tmp_path))
     chaos.enable(chaos.CONTROLLER_STORE_WRITE, 1.0, count=2)
     try:
         daemon.start_in_thread()
@@ -329,13 +302,7 @@ def test_rpc_whose_store_write_fails_answers_unavailable_so_clients_retry() -> N
 
 
 def test_list_jobs_next_page_tokens_walk_every_job_once_while_new_jobs_arrive(tmp_path: Path) -> None:
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
-        )
-    )
-    daemon.start_in_thread()
-    try:
+    with running_controller(tmp_path) as daemon:
         for i in range(7):
             _call(daemon.url, "LaunchJob", {"name": f"page-{i}", "entrypoint": {"command": {"argv": ["true"]}}})
         before = [job["jobId"] for job in _call(daemon.url, "ListJobs", {}).json()["jobs"]]
@@ -348,8 +315,6 @@ def test_list_jobs_next_page_tokens_walk_every_job_once_while_new_jobs_arrive(tm
             token = page.get("nextPageToken", "")
             if not token:
                 break
-    finally:
-        daemon.stop()
 
     assert sorted(before) == [f"/page-{i}" for i in range(7)]
     assert seen == before

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterator

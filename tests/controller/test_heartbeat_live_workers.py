@@ -8,44 +8,38 @@ import threading
 from pathlib import Path
 
 import pytest
+from controller_support import running_controller
 from worker_service_support import AnsweringWorker, serve_worker
 
-from iris.cluster.controller.main import ControllerDaemon
 from iris.cluster.controller.settings import DaemonSettings
 from iris.rpc import cluster_pb2 as pb
 from iris.rpc.cluster_connect import ControllerServiceClientSync
 
 
 def test_controller_heartbeat_live_workers_reports_who_answered(tmp_path: Path) -> None:
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
-        )
-    )
-    daemon.start_in_thread()
-    servers = {worker_id: serve_worker(AnsweringWorker(worker_id)) for worker_id in ("w-1", "w-2")}
-    try:
-        client = ControllerServiceClientSync(daemon.url)
-        for worker_id, (_, url) in servers.items():
-            metadata = pb.WorkerMetadata(
-                hostname=worker_id,
-                ip_address="127.0.0.1",
-                cpu_millicores=1000,
-                memory_bytes=1 << 30,
-                runtime="process",
-            )
-            client.register(pb.RegisterRequest(worker_id=worker_id, address=url, metadata=metadata))
+    with running_controller(tmp_path) as daemon:
+        servers = {worker_id: serve_worker(AnsweringWorker(worker_id)) for worker_id in ("w-1", "w-2")}
+        try:
+            client = ControllerServiceClientSync(daemon.url)
+            for worker_id, (_, url) in servers.items():
+                metadata = pb.WorkerMetadata(
+                    hostname=worker_id,
+                    ip_address="127.0.0.1",
+                    cpu_millicores=1000,
+                    memory_bytes=1 << 30,
+                    runtime="process",
+                )
+                client.register(pb.RegisterRequest(worker_id=worker_id, address=url, metadata=metadata))
 
-        both = daemon.controller.heartbeat_live_workers_threadsafe(10)
-        servers["w-2"][0].stop()
-        one = daemon.controller.heartbeat_live_workers_threadsafe(10)
+            both = daemon.controller.heartbeat_live_workers_threadsafe(10)
+            servers["w-2"][0].stop()
+            one = daemon.controller.heartbeat_live_workers_threadsafe(10)
 
-        assert both == {"w-1": True, "w-2": True}
-        assert one == {"w-1": True, "w-2": False}
-    finally:
-        for server, _ in servers.values():
-            server.stop()
-        daemon.stop()
+            assert both == {"w-1": True, "w-2": True}
+            assert one == {"w-1": True, "w-2": False}
+        finally:
+            for server, _ in servers.values():
+                server.stop()
 
 
 class _InFlightGauge:
@@ -91,28 +85,22 @@ def test_controller_heartbeat_round_keeps_at_most_max_in_flight_and_answers_all(
         "controller_settings",
         lambda self, address: dataclasses.replace(limited(self, address), max_heartbeats_in_flight=2),
     )
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=tmp_path / "state", bundle_prefix=f"file://{tmp_path}/bundles", host="127.0.0.1", port=0
-        )
-    )
-    daemon.start_in_thread()
-    gauge = _InFlightGauge()
-    servers = {f"w-{i}": serve_worker(_SlowWorker(f"w-{i}", gauge)) for i in range(6)}
-    try:
-        client = ControllerServiceClientSync(daemon.url)
-        for worker_id, (_, url) in servers.items():
-            metadata = pb.WorkerMetadata(
-                hostname=worker_id, ip_address="127.0.0.1", cpu_millicores=1000, memory_bytes=1 << 30
-            )
-            client.register(pb.RegisterRequest(worker_id=worker_id, address=url, metadata=metadata))
-        gauge.most = 0  # registration sends each worker its first heartbeat
+    with running_controller(tmp_path) as daemon:
+        gauge = _InFlightGauge()
+        servers = {f"w-{i}": serve_worker(_SlowWorker(f"w-{i}", gauge)) for i in range(6)}
+        try:
+            client = ControllerServiceClientSync(daemon.url)
+            for worker_id, (_, url) in servers.items():
+                metadata = pb.WorkerMetadata(
+                    hostname=worker_id, ip_address="127.0.0.1", cpu_millicores=1000, memory_bytes=1 << 30
+                )
+                client.register(pb.RegisterRequest(worker_id=worker_id, address=url, metadata=metadata))
+            gauge.most = 0  # registration sends each worker its first heartbeat
 
-        answered = daemon.controller.heartbeat_live_workers_threadsafe(30)
+            answered = daemon.controller.heartbeat_live_workers_threadsafe(30)
 
-        assert answered == {worker_id: True for worker_id in servers}
-        assert gauge.most == 2
-    finally:
-        for server, _ in servers.values():
-            server.stop()
-        daemon.stop()
+            assert answered == {worker_id: True for worker_id in servers}
+            assert gauge.most == 2
+        finally:
+            for server, _ in servers.values():
+                server.stop()

@@ -7,14 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from controller_support import running_controller
 
 from iris.client import IrisClient
 from iris.client.client import InvalidRequestError
 from iris.cluster.controller.main import ControllerDaemon
-from iris.cluster.controller.settings import DaemonSettings
 from iris.cluster.types import Entrypoint
 from iris.rpc import cluster_pb2 as pb
 from iris.time import wait_until
@@ -22,17 +21,8 @@ from iris.time import wait_until
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerDaemon]:
-    root: Path = tmp_path_factory.mktemp("status-wait")
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=root / "state", bundle_prefix=f"file://{root}/bundles", host="127.0.0.1", port=0
-        )
-    )
-    daemon.start_in_thread()
-    try:
+    with running_controller(tmp_path_factory.mktemp("status-wait")) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from iris.cluster.controller.main import ControllerDaemon
-from iris.cluster.controller.settings import DaemonSettings
+from controller_support import running_controller
+
 from iris.time import wait_until
 
 # What the slow pass below spends waiting, as a pass does while heartbeats and requests take the
@@ -17,18 +17,8 @@ PASS_WAIT_S = 0.6
 
 
 def test_scheduler_loop_pass_that_waited_long_does_not_hold_back_the_next_pass(tmp_path: Path) -> None:
-    daemon = ControllerDaemon(
-        DaemonSettings.from_config(
-            state_dir=tmp_path / "state",
-            bundle_prefix=f"file://{tmp_path}/bundles",
-            host="127.0.0.1",
-            port=0,
-            scheduler_fallback_interval_s=60,
-        )
-    )
-    daemon.start_in_thread()
-    controller = daemon.controller
-    try:
+    with running_controller(tmp_path, scheduler_fallback_interval_s=60) as daemon:
+        controller = daemon.controller
         original = controller.core.schedule
         passes: list[tuple[float, float]] = []
         slow_pass_started = threading.Event()
@@ -56,5 +46,3 @@ def test_scheduler_loop_pass_that_waited_long_does_not_hold_back_the_next_pass(t
 
         (_, slow_ended), (next_started, _) = passes[:2]
         assert next_started - slow_ended < PASS_WAIT_S / 2
-    finally:
-        daemon.stop()
