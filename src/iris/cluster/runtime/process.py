@@ -419,6 +419,8 @@ class _ProcessLoop:
                     heapq.heappop(self._timers)[2]()
         finally:
             self._selector.close()
+            # The timers' callbacks hold the process they watch: let it go with the loop.
+            self._timers.clear()
 
 
 # A thread runs one process's loop until the process was reaped, and only then the next one's:

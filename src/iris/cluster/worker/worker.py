@@ -28,7 +28,7 @@ from iris.cluster.worker.bundle_cache import BundleCache
 from iris.cluster.worker.node_offer import OFFER_CHECK_INTERVAL_S, OfferReader, describe_offer
 from iris.cluster.worker.ports import PortAllocator
 from iris.cluster.worker.settings import reregister_delay_s
-from iris.cluster.worker.task_attempt import AttemptContext, TaskAttempt
+from iris.cluster.worker.task_attempt import AttemptContext, KeptAttempt, TaskAttempt
 from iris.cluster.worker.workdirs import Workdirs
 from iris.config import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_KILL_GRACE_PERIOD
 from iris.rpc import cluster_pb2 as pb
@@ -75,10 +75,12 @@ class Worker:
         # Every attempt still kept, for lookups by id; a heartbeat reports only `_reported`: those
         # running or whose end the controller has not yet taken in. The others wait in
         # `_retired_at` (oldest first) for FINISHED_RETENTION_S, so that a heartbeat costs what is
-        # running, not every attempt of the last ten minutes.
-        self._attempts: dict[tuple[str, int], TaskAttempt] = {}
-        self._reported: dict[tuple[str, int], TaskAttempt] = {}
+        # running, not every attempt of the last ten minutes; each is kept as a RetiredAttempt once
+        # its thread is done with it, and until then is in `_ending`.
+        self._attempts: dict[tuple[str, int], KeptAttempt] = {}
+        self._reported: dict[tuple[str, int], KeptAttempt] = {}
         self._retired_at: dict[tuple[str, int], float] = {}
+        self._ending: set[tuple[str, int]] = set()
         self._ports = PortAllocator()
         self._bundles = BundleCache(settings.cache_dir / "bundles", limits=settings.input_limits)
         self._ctx = AttemptContext(
@@ -128,7 +130,7 @@ class Worker:
         self._answered.set()
         if kill_tasks:
             with self._lock:
-                attempts = list(self._attempts.values())
+                attempts = [a for a in self._attempts.values() if isinstance(a, TaskAttempt)]
             for attempt in attempts:
                 if not attempt.finished:
                     attempt.kill()
@@ -237,7 +239,12 @@ class Worker:
                 self._attempts[key] = attempt
                 self._reported[key] = attempt
                 new.append(attempt)
-            to_kill = [self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill]
+            # A retired attempt has ended: nothing of it is left to kill.
+            to_kill = [
+                attempt
+                for attempt in (self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill)
+                if isinstance(attempt, TaskAttempt)
+            ]
             expected = {(e.task_id, e.attempt_id): e.log_offset for e in request.expected_tasks}
             for key in expected.keys() - self._reported.keys():
                 # Retired, and yet the controller asks about it again: report it, and its
@@ -247,7 +254,7 @@ class Worker:
                     self._retired_at.pop(key, None)
             attempts = dict(self._reported)
         for attempt in to_kill:
-            if attempt is not None and not attempt.finished:
+            if not attempt.finished:
                 logger.info("killing %s attempt %d at the controller's request", *attempt.key)
                 attempt.kill()
         # Before the attempts are read: a change from here on may be in this answer or not, and
@@ -270,9 +277,12 @@ class Worker:
             attempt.start()
         return response
 
-    def _retire(self, reported: dict[tuple[str, int], TaskAttempt], expected: dict[tuple[str, int], int]) -> None:
+    def _retire(
+        self, reported: dict[tuple[str, int], KeptAttempt], expected: dict[tuple[str, int], int]
+    ) -> None:
         """Stop reporting the finished attempts the controller no longer expects (their work
-        directories go back to the pool), and forget those retired more than FINISHED_RETENTION_S ago."""
+        directories go back to the pool, and each is kept as a RetiredAttempt once its thread is
+        done with it), and forget those retired more than FINISHED_RETENTION_S ago."""
         retired = []
         with self._lock:
             now = time.monotonic()  # under the lock: `_retired_at` stays in the order of its times
@@ -280,7 +290,16 @@ class Worker:
                 if attempt.finished and key not in expected and self._reported.pop(key, None) is not None:
                     self._ports.release(key)
                     self._retired_at[key] = now
-                    retired.append(attempt)
+                    if isinstance(attempt, TaskAttempt):
+                        retired.append(attempt)
+                        self._ending.add(key)
+            for key in [key for key in self._ending if key not in self._reported]:
+                attempt = self._attempts.get(key)
+                if not isinstance(attempt, TaskAttempt):
+                    self._ending.discard(key)  # forgotten already
+                elif attempt.ended:
+                    self._attempts[key] = attempt.retired()
+                    self._ending.discard(key)
             while self._retired_at:
                 key, retired_at = next(iter(self._retired_at.items()))
                 if now - retired_at <= FINISHED_RETENTION_S:
@@ -292,14 +311,14 @@ class Worker:
 
     # ------------------------------------------------------------ queries
 
-    def attempt(self, task_id: str, attempt_id: int) -> TaskAttempt | None:
+    def attempt(self, task_id: str, attempt_id: int) -> KeptAttempt | None:
         with self._lock:
             if attempt_id >= 0:
                 return self._attempts.get((task_id, attempt_id))
             matching = [a for (t, _), a in self._attempts.items() if t == task_id]
-        return max(matching, key=lambda a: a.request.attempt_id, default=None)
+        return max(matching, key=lambda a: a.key[1], default=None)
 
-    def attempts(self) -> list[TaskAttempt]:
+    def attempts(self) -> list[KeptAttempt]:
         with self._lock:
             return list(self._attempts.values())
 
@@ -309,4 +328,3 @@ class Worker:
 
 def _unreachable(message: str) -> ConnectError:
     return ConnectError(Code.UNAVAILABLE, message)
-
