@@ -14,11 +14,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
+import queue
 import signal
 import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +33,8 @@ PR_SET_CHILD_SUBREAPER = 36
 # Helper processes run `python -m benchmarks.<module>` from here: the benchmarks are a top-level
 # package beside src/, importable from the repository root only.
 REPO = Path(__file__).resolve().parent.parent
+# How long a helper process (JsonLineProcess) may take to answer a command.
+COMMAND_TIMEOUT_S = 90.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -192,3 +198,49 @@ class Deadline:
     def check(self, what: str) -> None:
         if self.left() <= 0:
             raise TimeoutError(f"{what} ran past its time limit")
+
+
+class JsonLineProcess:
+    """A helper process that answers one JSON line per line it is sent."""
+
+    def __init__(self, command: list[str], log_path: Path, first_line_timeout: float):
+        self._log = open(log_path, "ab")
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1, cwd=REPO
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.hello = self.read(first_line_timeout)
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def read(self, timeout: float) -> dict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"{self.process.args[2]} said nothing for {timeout:.0f}s") from None
+        if line is None:
+            raise RuntimeError(f"{self.process.args[2]} exited with code {self.process.wait()}; see {self._log.name}")
+        return json.loads(line)
+
+    def command(self, text: str, timeout: float = COMMAND_TIMEOUT_S) -> dict:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+        return self.read(timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write("quit\n")
+                self.process.stdin.close()
+                self.process.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        self._log.close()

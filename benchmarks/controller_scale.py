@@ -24,10 +24,7 @@ time per round is reported beside the round so the two can be told apart.
 from __future__ import annotations
 
 import argparse
-import json
-import queue
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.common import REPO, Row, Target, become_subreaper, owned_processes
+from benchmarks.common import JsonLineProcess, Row, Target, become_subreaper, owned_processes
 from benchmarks.fake_workers import HELD_POOL, WORKER_CPU_MILLICORES
 from iris.config import DEFAULT_HEARTBEAT_INTERVAL
 from iris.cluster.types import Constraint, Entrypoint, ResourceSpec
@@ -46,58 +43,11 @@ from iris.rpc.cluster_connect import ControllerServiceClientSync
 MB = 1024 * 1024
 STARTUP_TIMEOUT_S = 60.0
 REGISTER_TIMEOUT_S = 180.0
-COMMAND_TIMEOUT_S = 90.0
 # Round time targets by worker count (issue 19), and the controller's memory limit.
 ROUND_TARGET_MS = {1000: 150.0, 10_000: 2000.0}
 RSS_TARGET_MB = 1000.0
 # A cluster's rounds start once per heartbeat interval: the paced load runs them so.
 HEARTBEAT_INTERVAL_S = DEFAULT_HEARTBEAT_INTERVAL.seconds
-
-
-class JsonLineProcess:
-    """A helper process that answers one JSON line per line it is sent."""
-
-    def __init__(self, command: list[str], log_path: Path, first_line_timeout: float):
-        self._log = open(log_path, "ab")
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1, cwd=REPO
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.hello = self.read(first_line_timeout)
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def read(self, timeout: float) -> dict:
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"{self.process.args[2]} said nothing for {timeout:.0f}s") from None
-        if line is None:
-            raise RuntimeError(f"{self.process.args[2]} exited with code {self.process.wait()}; see {self._log.name}")
-        return json.loads(line)
-
-    def command(self, text: str, timeout: float = COMMAND_TIMEOUT_S) -> dict:
-        assert self.process.stdin is not None
-        self.process.stdin.write(text + "\n")
-        self.process.stdin.flush()
-        return self.read(timeout)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.write("quit\n")
-                self.process.stdin.close()
-                self.process.wait(15)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
 
 def start_controller(state_dir: Path, log_dir: Path) -> JsonLineProcess:

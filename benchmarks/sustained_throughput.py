@@ -4,10 +4,12 @@ local Iris cluster; beside it, in the same run, Ray Jobs and Ray tasks.
 Run: uv run --group bench python -m benchmarks.sustained_throughput [--jobs N] [--clients K]
      [--ray-jobs M] [--ray-tasks T] [--no-ray]
 
-- Iris: each client thread (its own IrisClient) submits its share back to back, then waits for
-  each of its jobs. The rate is the jobs divided by the time from the first submit to the last
-  job's end as the controller recorded it (its finished_at); submit-to-done of each job is its
-  finished_at minus its submitted_at, both stamped by the controller.
+- Iris: a local cluster of one worker (`IrisClient.local`'s) in a process of its own
+  (`benchmarks.local_cluster_host`), as a running cluster is; each client thread of this process
+  (its own IrisClient) submits its share back to back, then waits for each of its jobs. The
+  rate is the jobs divided by the time from the first submit to the last job's end as the
+  controller recorded it (its finished_at); submit-to-done of each job is its finished_at minus
+  its submitted_at, both stamped by the controller.
 - Ray Jobs: the same through `JobSubmissionClient` on a warm `ray start --head`, with fewer jobs:
   at under one job per second here, 5,000 would take hours. Its rate is per job the same.
 - Ray tasks: `ray.get` of T trivial `@ray.remote` tasks from a driver attached to that head, for
@@ -28,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import Row, Target, become_subreaper, percentile
+from benchmarks.local_cluster_host import start_local_cluster
 from benchmarks.submit_latency import TRIVIAL
 from benchmarks.throughput import ROUND_TIMEOUT_S, ray_round, shares
 from iris.client import IrisClient
@@ -106,20 +109,27 @@ def _cpu_ms(process: psutil.Process) -> tuple[float, float]:
 
 def measure(jobs: int, clients: int, ray_jobs: int, ray_tasks: int, with_ray: bool) -> dict:
     result: dict = {}
-    with tempfile.TemporaryDirectory() as workspace, IrisClient.local(workers=1, workspace=Path(workspace)) as client:
-        # Warm: the worker has started a process and the controller has placed a job.
-        iris_run(client.url, Path(workspace), 8, 1)
-        # The controller runs in this process beside the clients; the worker is a child process.
-        here = psutil.Process()
-        worker = next(p for p in here.children() if "iris.cluster.worker.main" in " ".join(p.cmdline()))
-        before = (_cpu_ms(here), _cpu_ms(worker))
-        result["iris_rate"], result["iris_latency"] = iris_run(client.url, Path(workspace), jobs, clients)
-        after = (_cpu_ms(here), _cpu_ms(worker))
-        result["cpu_per_job_ms"] = {
-            "controller and clients": (after[0][0] - before[0][0]) / jobs,
-            "worker": (after[1][0] - before[1][0]) / jobs,
-            "task processes": (after[1][1] - before[1][1]) / jobs,
-        }
+    # The clients' workspace stays empty (no bundle to ship): the cluster's log goes elsewhere.
+    with tempfile.TemporaryDirectory() as workspace, tempfile.TemporaryDirectory() as log_dir:
+        # The cluster runs as a running cluster's does, in processes of its own: the controller
+        # shares its GIL with none of the clients, which are this process's threads.
+        cluster = start_local_cluster(workers=1, log_dir=Path(log_dir))
+        try:
+            url = cluster.hello["url"]
+            # Warm: the worker has started a process and the controller has placed a job.
+            iris_run(url, Path(workspace), 8, 1)
+            processes = {
+                "clients": psutil.Process(),
+                "controller": psutil.Process(cluster.hello["pid"]),
+                "worker": psutil.Process(cluster.hello["workers"][0]),
+            }
+            before = {name: _cpu_ms(process) for name, process in processes.items()}
+            result["iris_rate"], result["iris_latency"] = iris_run(url, Path(workspace), jobs, clients)
+            after = {name: _cpu_ms(process) for name, process in processes.items()}
+        finally:
+            cluster.close()
+        result["cpu_per_job_ms"] = {name: (after[name][0] - before[name][0]) / jobs for name in processes}
+        result["cpu_per_job_ms"]["task processes"] = (after["worker"][1] - before["worker"][1]) / jobs
     if with_ray:
         from benchmarks.ray_local import RayHead, apply_ray_env
 

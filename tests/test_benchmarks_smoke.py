@@ -117,7 +117,8 @@ def test_sustained_throughput_measures_rate_and_submit_to_done_iris_only() -> No
     m = sustained_throughput.measure(jobs=40, clients=2, ray_jobs=0, ray_tasks=0, with_ray=False)
     assert m["iris_rate"] > 0
     assert len(m["iris_latency"]) == 40 and all(ms >= 0 for ms in m["iris_latency"])
-    assert m["cpu_per_job_ms"]["controller and clients"] > 0 and m["cpu_per_job_ms"]["worker"] > 0
+    # The cluster runs in a process of its own: the clients' CPU and the controller's are apart.
+    assert all(m["cpu_per_job_ms"][name] > 0 for name in ("clients", "controller", "worker"))
 
 
 def test_cold_start_phases_of_one_run_each_timed_in_order(tmp_path: Path) -> None:
