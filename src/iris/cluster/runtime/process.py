@@ -381,7 +381,8 @@ class _Supervised:
         # The Popen return code, once the process was reaped and its pipes drained.
         self.returncode: int | None = None
         self.reaped = False
-        self.done = threading.Event()
+        # Reaped and its pipes drained; set and read only by the thread that runs its loop.
+        self.done = False
 
 
 class _ProcessLoop:
@@ -408,14 +409,14 @@ class _ProcessLoop:
     def at(self, when: float, fn: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (when, next(self._timer_order), fn))
 
-    def run_until(self, done: threading.Event) -> None:
+    def run_until_done(self, supervised: _Supervised) -> None:
         try:
-            while not done.is_set():
+            while not supervised.done:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else None
                 for key, _ in self._selector.select(timeout):
                     key.data()
                 now = time.monotonic()
-                while self._timers and self._timers[0][0] <= now and not done.is_set():
+                while self._timers and self._timers[0][0] <= now and not supervised.done:
                     heapq.heappop(self._timers)[2]()
         finally:
             self._selector.close()
@@ -510,7 +511,7 @@ class ProcessContainerHandle:
             loop.at(time.monotonic() + poll_s, poll)
 
         loop.at(time.monotonic() + poll_s, poll)
-        loop.run_until(current.done)
+        loop.run_until_done(current)
 
     def status(self) -> ContainerStatus:
         with self._lock:
@@ -597,7 +598,7 @@ class ProcessContainerHandle:
             return
         finally:
             started.set()
-        loop.run_until(current.done)
+        loop.run_until_done(current)
 
     def _spawn_command(self, loop: _ProcessLoop) -> _Supervised:
         """Fork the container's command, watched by `loop`; when it cannot start, the container ends
@@ -720,10 +721,10 @@ class ProcessContainerHandle:
             self._close_pipe(current, pipe)
 
     def _done(self, current: _Supervised) -> None:
-        if current.done.is_set():
+        if current.done:
             return
         current.returncode = current.proc.returncode
-        current.done.set()
+        current.done = True
         if current.is_command:
             self._command_exited(current)
 
@@ -786,7 +787,7 @@ class ProcessContainerHandle:
             current = self._spawn(loop, argv, merge_output=True, deadline=None)
         except OSError as e:
             self._fail_build(display, 127, [str(e)])
-        loop.run_until(current.done)
+        loop.run_until_done(current)
         assert current.returncode is not None
         exit_code, _ = _describe_exit(current.returncode)
         with self._lock:

@@ -90,7 +90,8 @@ class TaskAttempt:
         self.finished_at_ms = 0
         self._logs: list[LogLine] = []
         self._handle: ContainerHandle | None = None
-        self._kill_requested = threading.Event()
+        # Set once by kill(), read by the attempt's thread between its steps.
+        self._kill_requested = False
         # (when measured, monotonic; the measurement, None before the first): see
         # USAGE_SAMPLE_INTERVAL_S. Set when the attempt starts running.
         self._usage: tuple[float, pb.ResourceUsage | None] | None = None
@@ -106,7 +107,7 @@ class TaskAttempt:
 
     def kill(self) -> None:
         """Ask the attempt to stop; returns at once, the attempt's thread does the waiting."""
-        self._kill_requested.set()
+        self._kill_requested = True
         handle = self._handle
         if handle is not None:
             threading.Thread(target=self._kill_container, args=(handle,), daemon=True).start()
@@ -247,7 +248,7 @@ class TaskAttempt:
             logger.exception("attempt %s failed", self.key)
             self._set_state(pb.TASK_STATE_FAILED, f"{type(exc).__name__}: {exc}", exit_code=1)
         finally:
-            if self._kill_requested.is_set():
+            if self._kill_requested:
                 self._set_state(pb.TASK_STATE_KILLED, "killed by the controller", exit_code=-1)
             handle = self._handle
             if handle is not None:
@@ -272,7 +273,7 @@ class TaskAttempt:
                 raise  # the bundle is gone for good: another attempt would not find it either
             except StorageError as exc:
                 raise _WorkerFault(exc) from exc
-        if self._kill_requested.is_set():
+        if self._kill_requested:
             return
         config = self._container_config()
         try:
@@ -281,11 +282,11 @@ class TaskAttempt:
         except ContainerError as exc:
             raise _WorkerFault(exc) from exc
         self._handle = handle
-        if self._kill_requested.is_set():
+        if self._kill_requested:
             return
         handle.build()
         self._pull_logs(handle)
-        if self._kill_requested.is_set():
+        if self._kill_requested:
             return
         chaos.maybe_fail(chaos.CONTAINER_START, ContainerError)
         handle.run_to_exit(
@@ -309,7 +310,7 @@ class TaskAttempt:
     def _finish(self, handle: ContainerHandle) -> None:
         status = handle.status()
         self._pull_logs(handle)
-        if self._kill_requested.is_set():
+        if self._kill_requested:
             return
         result_path = self.workdir / RESULT_FILE
         if result_path.exists():
