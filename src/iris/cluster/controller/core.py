@@ -224,6 +224,13 @@ class ControllerCore:
             self._last_full_pass_ms = now
         return effects
 
+    def tasks_created_since_last_pass(self) -> int | None:
+        """How many task rows were created since the last pass started (None before the first):
+        what a burst of submissions adds to the next pass's work."""
+        if self._tried is None:
+            return None
+        return self.store.scheduling_mark()[1] - self._tried[1]
+
     def resume(self) -> None:
         """After a controller (re)start: workers kept running while it was down; give them a fresh
         timeout window and heartbeat them now so their tasks are re-adopted rather than run twice."""
