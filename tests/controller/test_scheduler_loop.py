@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -17,13 +18,27 @@ from iris.cluster.controller.controller import (
     INLINE_PASS_MAX_NEW_TASKS,
     INLINE_PASS_MAX_S,
     INLINE_PASS_MEMORY_S,
+    Controller,
     pass_runs_on_loop,
 )
+from iris.cluster.controller.store import Effects
 from iris.time import wait_until
 
 # What the slow pass below spends waiting, as a pass does while heartbeats and requests take the
 # interpreter's turns: the clock runs, the pass's CPU does not.
 PASS_WAIT_S = 0.6
+
+
+def _scheduling_with(controller: Controller, schedule: Callable[[], Effects]) -> asyncio.AbstractEventLoop:
+    """Make `schedule` the controller's pass once the start-up pass has run (it is what `resume`
+    asks for, and it has run once the loop waits for a wake-up); returns the controller's loop."""
+    event = controller._schedule_event
+    assert event is not None
+    wait_until(lambda: not event.is_set(), 10, 0.01, "the start-up pass")
+    controller.core.schedule = schedule  # type: ignore[method-assign]
+    loop = controller._loop
+    assert loop is not None
+    return loop
 
 
 def test_scheduler_loop_pass_that_waited_long_does_not_hold_back_the_next_pass(tmp_path: Path) -> None:
@@ -42,13 +57,7 @@ def test_scheduler_loop_pass_that_waited_long_does_not_hold_back_the_next_pass(t
             passes.append((started, time.monotonic()))
             return effects
 
-        # The start-up pass has run (it is what `resume` asks for) once the loop waits for a wake-up.
-        event = controller._schedule_event
-        assert event is not None
-        wait_until(lambda: not event.is_set(), 10, 0.01, "the start-up pass")
-        controller.core.schedule = schedule  # type: ignore[method-assign]
-        loop = controller._loop
-        assert loop is not None
+        loop = _scheduling_with(controller, schedule)
         loop.call_soon_threadsafe(controller.wake_scheduler)
         assert slow_pass_started.wait(10)
         loop.call_soon_threadsafe(controller.wake_scheduler)  # a job's end, while the slow pass runs
@@ -99,12 +108,7 @@ def test_scheduler_loop_short_passes_on_the_loop_after_a_long_one_on_a_thread_wh
                 time.sleep(PASS_WAIT_S)
             return original()
 
-        event = controller._schedule_event
-        assert event is not None
-        wait_until(lambda: not event.is_set(), 10, 0.01, "the start-up pass")
-        controller.core.schedule = schedule  # type: ignore[method-assign]
-        loop = controller._loop
-        assert loop is not None
+        loop = _scheduling_with(controller, schedule)
         for count in (1, 2):
             loop.call_soon_threadsafe(controller.wake_scheduler)
             wait_until(lambda count=count: len(passes) == count, 10, 0.01, f"pass {count}")
