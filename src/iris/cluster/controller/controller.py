@@ -52,6 +52,7 @@ STARTUP_STORE_RETRY_S = 30.0
 # The longest GetJobStatus waits for a job's state to change.
 MAX_STATUS_WAIT_MS = 30_000
 
+
 def pass_runs_on_loop(recent_passes: deque[tuple[float, float]], created_since: int | None, now: float) -> bool:
     """Whether the next scheduling pass runs on the event loop: every pass that ended in the last
     INLINE_PASS_MEMORY_S, of `recent_passes` ((monotonic end, CPU seconds), oldest first; older ones
