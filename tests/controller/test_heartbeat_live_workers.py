@@ -42,6 +42,36 @@ def test_controller_heartbeat_live_workers_reports_who_answered(tmp_path: Path) 
                 server.stop()
 
 
+def test_controller_heartbeat_live_workers_asked_while_a_round_waits_to_be_planned_is_answered_by_it(
+    tmp_path: Path,
+) -> None:
+    with running_controller(tmp_path) as daemon:
+        server, url = serve_worker(AnsweringWorker("w-1"))
+        try:
+            metadata = pb.WorkerMetadata(
+                hostname="w-1", ip_address="127.0.0.1", cpu_millicores=1000, memory_bytes=1 << 30
+            )
+            ControllerServiceClientSync(daemon.url).register(
+                pb.RegisterRequest(worker_id="w-1", address=url, metadata=metadata)
+            )
+            controller = daemon.controller
+            assert controller.heartbeat_live_workers_threadsafe(10) == {"w-1": True}
+
+            async def ask_as_a_round_starts() -> dict[str, bool]:
+                # A round starts (a job's end asked for it) and, in the same turn, before it is
+                # planned, all live workers are asked for one: that round answers them.
+                controller.request_heartbeat("w-1")
+                return await controller.heartbeat_live_workers()
+
+            loop = controller._loop
+            assert loop is not None
+            answered = asyncio.run_coroutine_threadsafe(ask_as_a_round_starts(), loop).result(10)
+
+            assert answered == {"w-1": True}
+        finally:
+            server.stop()
+
+
 class _InFlightGauge:
     """How many heartbeats the workers are answering at once, and the most there ever were."""
 

@@ -139,14 +139,16 @@ class HeartbeatRounds:
     # ------------------------------------------------------------ one round, step by step
 
     def _next_round(self, worker_id: str) -> None:
-        # Who asked before this round is planned is answered by it; later askers also asked for
-        # another round, and wait for that one.
-        self._waiting[worker_id] = self._waiters.pop(worker_id, [])
         self._starts.add(worker_id)
 
     def _plan(self, worker_ids: list[str]) -> list[HeartbeatRound | None]:
         if self._stopping:
             return [None] * len(worker_ids)
+        # Who asked before this round is planned is answered by it: the plan takes back their
+        # requests for another round (`begin_rounds`). Later askers also asked for another round,
+        # and wait for that one.
+        for worker_id in worker_ids:
+            self._waiting[worker_id] = self._waiters.pop(worker_id, [])
         rounds = self._core.begin_rounds(worker_ids)
         return [rounds[worker_id] for worker_id in worker_ids]
 
