@@ -136,9 +136,7 @@ class TaskAttempt:
     def retired(self) -> RetiredAttempt:
         """What the worker keeps of this attempt, ended, once the controller has taken in its end."""
         assert self.ended, "an attempt is kept as retired only once its thread is done with it"
-        with self._lock:
-            lines = tuple(self._logs)
-        return RetiredAttempt(self.key, self.status(None, 0).SerializeToString(), lines)
+        return RetiredAttempt(self.key, self.status(None, 0).SerializeToString(), tuple(self.logs()))
 
     def release_workdir(self) -> None:
         """The controller has taken in the attempt's end: its work directory goes back to the

@@ -239,12 +239,7 @@ class Worker:
                 self._attempts[key] = attempt
                 self._reported[key] = attempt
                 new.append(attempt)
-            # A retired attempt has ended: nothing of it is left to kill.
-            to_kill = [
-                attempt
-                for attempt in (self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill)
-                if isinstance(attempt, TaskAttempt)
-            ]
+            to_kill = [self._attempts.get((k.task_id, k.attempt_id)) for k in request.tasks_to_kill]
             expected = {(e.task_id, e.attempt_id): e.log_offset for e in request.expected_tasks}
             for key in expected.keys() - self._reported.keys():
                 # Retired, and yet the controller asks about it again: report it, and its
@@ -254,7 +249,8 @@ class Worker:
                     self._retired_at.pop(key, None)
             attempts = dict(self._reported)
         for attempt in to_kill:
-            if not attempt.finished:
+            # A retired attempt has ended: nothing of it is left to kill.
+            if isinstance(attempt, TaskAttempt) and not attempt.finished:
                 logger.info("killing %s attempt %d at the controller's request", *attempt.key)
                 attempt.kill()
         # Before the attempts are read: a change from here on may be in this answer or not, and
