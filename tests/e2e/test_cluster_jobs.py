@@ -84,6 +84,26 @@ def test_command_job_sees_bundle_but_not_ignored_files(shared_cluster, workspace
     assert "log bundled: False" in lines
 
 
+def test_job_from_a_workspace_without_files_ships_no_bundle_and_runs_in_an_empty_directory(
+    shared_cluster, workspace, tmp_path
+):
+    empty = tmp_path / "empty-workspace"
+    empty.mkdir()
+    with IrisClient.remote(shared_cluster.url, workspace=empty) as client:
+        bare = client.submit(Entrypoint.from_command("ls", "-A"), name="no-bundle")
+        bare.wait(timeout=60)
+        bare_spec = client.call("get_job_spec", pb.GetJobSpecRequest(job_id=bare.job_id))
+        listed = [line.data for line in bare.logs()]
+    with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
+        bundled = client.submit(Entrypoint.from_command("true"), name="with-bundle")
+        bundled.wait(timeout=60)
+        bundled_spec = client.call("get_job_spec", pb.GetJobSpecRequest(job_id=bundled.job_id))
+
+    assert (bare_spec.bundle_uri, bare_spec.bundle_sha256) == ("", "")
+    assert listed == []
+    assert bundled_spec.bundle_uri and bundled_spec.bundle_sha256
+
+
 def test_command_failure_reports_exit_code_and_stderr(shared_cluster, workspace):
     with IrisClient.remote(shared_cluster.url, workspace=workspace) as client:
         job = client.submit(

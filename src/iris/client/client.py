@@ -413,8 +413,12 @@ class IrisClient:
             bundle_root = Path.cwd()
         if bundle_root is not None:
             bundle = self._bundles.build(Path(bundle_root), self.max_bundle_bytes)
-            request.bundle_blob = bundle.blob
-            request.bundle_sha256 = bundle.sha256
+            # A workspace without files has nothing to ship: its job runs in an empty directory
+            # either way, and without a bundle the controller stores none and the worker unpacks
+            # none. A child still ships its empty one, or it would run its parent's code.
+            if bundle.file_count or parent_job_id:
+                request.bundle_blob = bundle.blob
+                request.bundle_sha256 = bundle.sha256
         request.request_id = uuid.uuid4().hex
         response = self.call("launch_job", request)
         return Job(self, response.job_id)
