@@ -263,6 +263,7 @@ class ContainerdContainerHandle(EngineContainerHandle):
 class ContainerdRuntime:
     name = "containerd"
     fetches_bundle = False
+    pulls_images = True
 
     def __init__(self, state_dir: Path, endpoint: str | None = None) -> None:
         grpc, self.pb, rpc = _cri()

@@ -280,6 +280,7 @@ class DockerContainerHandle(EngineContainerHandle):
 class DockerRuntime:
     name = "docker"
     fetches_bundle = False
+    pulls_images = True
 
     def __init__(self, base_url: str | None = None, network_mode: str = "host") -> None:
         try:

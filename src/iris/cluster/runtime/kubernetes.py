@@ -914,6 +914,7 @@ class KubernetesRuntime:
     name = "kubernetes"
     # Task Pods fetch the job bundle themselves (they may run on any node): the worker does not.
     fetches_bundle = True
+    pulls_images = True
 
     def __init__(self, settings: KubernetesSettings | None = None, kubeconfig: str | None = None) -> None:
         try:

@@ -870,6 +870,8 @@ def _kill_marked_processes(container_ids: set[str]) -> None:
 class ProcessRuntime:
     name = "process"
     fetches_bundle = False
+    # A process starts from the host's files: there is no image to pull.
+    pulls_images = False
 
     def __init__(self, state_dir: Path) -> None:
         self._containers_dir = state_dir / "containers"

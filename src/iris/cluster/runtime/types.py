@@ -190,6 +190,9 @@ class ContainerRuntime(Protocol):
     name: str
     # True when the runtime's containers fetch the bundle themselves (ContainerConfig.bundle_uri).
     fetches_bundle: bool
+    # True when creating a container may take a while (pulling its image): the attempt shows
+    # BUILDING meanwhile, as it does while a bundle is unpacked or setup commands run.
+    pulls_images: bool
 
     def create_container(self, config: ContainerConfig) -> ContainerHandle: ...
 
