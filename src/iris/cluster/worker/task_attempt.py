@@ -299,8 +299,8 @@ class TaskAttempt:
         bundle to unpack, an image to pull, packages to install or setup commands to run. Without
         one, BUILDING lasted the few milliseconds of starting a process, yet in the sustained
         throughput benchmark heartbeats caught 43% of the jobs in it, and each such catch cost the
-        controller three state changes more (attempt, task, job): over a quarter of those its
-        heartbeats wrote."""
+        controller three state changes more (attempt, task, job): over a quarter of the state
+        changes its heartbeats wrote."""
         environment = self.request.environment
         runtime = self._ctx.runtime
         return bool(
