@@ -96,6 +96,7 @@ def test_scheduler_loop_short_passes_on_the_loop_after_a_long_one_on_a_thread_wh
         original = controller.core.schedule
         passes: list[bool] = []  # whether each pass ran on the event loop
         waiting_pass_started = threading.Event()
+        health_answered = threading.Event()
 
         def schedule():
             passes.append(_on_event_loop())
@@ -105,7 +106,7 @@ def test_scheduler_loop_short_passes_on_the_loop_after_a_long_one_on_a_thread_wh
                     pass
             if len(passes) == 3:  # long on the clock, as a pass over a big queue is
                 waiting_pass_started.set()
-                time.sleep(PASS_WAIT_S)
+                health_answered.wait(PASS_WAIT_S)
             return original()
 
         loop = _scheduling_with(controller, schedule)
@@ -118,6 +119,7 @@ def test_scheduler_loop_short_passes_on_the_loop_after_a_long_one_on_a_thread_wh
         asked = time.monotonic()
         assert httpx.get(f"{daemon.url}/health", timeout=10).status_code == 200
         answered_in = time.monotonic() - asked
+        health_answered.set()
 
         assert passes[:3] == [True, True, False]
         assert answered_in < PASS_WAIT_S / 2, f"/health took {answered_in:.2f}s while a pass ran"

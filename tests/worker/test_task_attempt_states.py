@@ -26,14 +26,13 @@ def _states_of(request: pb.RunTaskRequest, ctx: AttemptContext, errors: list[str
     """The distinct states the attempt announced through on_change, in order, until it ended; its
     error, if any, goes to `errors`."""
     seen: list[int] = []
-    attempts: list[TaskAttempt] = []
 
     def note_state() -> None:
-        if attempts and (not seen or seen[-1] != attempts[0].state):
-            seen.append(attempts[0].state)
+        # Called only once the attempt started, on its thread: `attempt` is bound by then.
+        if not seen or seen[-1] != attempt.state:
+            seen.append(attempt.state)
 
     attempt = TaskAttempt(request, {}, replace(ctx, on_change=note_state))
-    attempts.append(attempt)
     attempt.start()
     wait_until(lambda: attempt.ended, 30, 0.02, "the attempt to end")
     if errors is not None:

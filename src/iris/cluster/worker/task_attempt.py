@@ -266,7 +266,7 @@ class TaskAttempt:
         if self._has_setup():
             self._set_state(pb.TASK_STATE_BUILDING)
         self._ctx.workdirs.create(self.workdir)
-        if request.bundle_uri and not self._ctx.runtime.fetches_bundle:
+        if self._unpacks_bundle():
             try:
                 self._ctx.bundles.extract_to(request.bundle_uri, request.bundle_sha256, self.workdir)
             except StorageNotFoundError:
@@ -302,13 +302,16 @@ class TaskAttempt:
         controller three state changes more (attempt, task, job): over a quarter of the state
         changes its heartbeats wrote."""
         environment = self.request.environment
-        runtime = self._ctx.runtime
         return bool(
-            (self.request.bundle_uri and not runtime.fetches_bundle)
-            or runtime.pulls_images
+            self._unpacks_bundle()
+            or self._ctx.runtime.pulls_images
             or environment.setup_commands
             or environment.pip_packages
         )
+
+    def _unpacks_bundle(self) -> bool:
+        """Whether this worker unpacks the job's bundle (a runtime that `fetches_bundle` does it itself)."""
+        return bool(self.request.bundle_uri) and not self._ctx.runtime.fetches_bundle
 
     def _poll(self, handle: ContainerHandle) -> None:
         self._pull_logs(handle)
